@@ -1,0 +1,50 @@
+//! The command line: one binary, one subcommand per job.
+
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::{LogFormat, init_logging};
+
+#[derive(Parser, Debug)]
+#[command(name = "sentry-tenants", version, about = "Multi-tenant operator for ClickHouse-backed tenants: install, run, provision, dashboard")]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "SENTRY_TENANTS_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the operator: Tenant and RunJob controllers, leader election, probes (what the Deployment runs).
+    Run(crate::operator::RunArgs),
+    /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
+    Crd,
+}
+
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Crd => {
+            print!("{}", crate::crd::crds_yaml());
+            Ok(())
+        }
+        Command::Run(args) => runtime().block_on(crate::operator::run(args)),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // One line, with its causes, and no backtrace: the hint is the message.
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime")
+}

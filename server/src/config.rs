@@ -1,0 +1,41 @@
+//! Settings of the operator process, read from flags or the environment (the installer's ConfigMap).
+
+use clap::Args;
+
+/// What the operator needs to know to build provisioning Jobs. The ClickHouse admin credentials are
+/// not here: only the *name* of their Secret, which the Job reads through `secretKeyRef`s.
+#[derive(Args, Debug, Clone, PartialEq, Eq)]
+pub struct OperatorConfig {
+    /// Namespace the operator watches (its own; RBAC is namespaced).
+    #[arg(long, env = "SENTRY_TENANTS_NAMESPACE", default_value = "sentry-tenants")]
+    pub namespace: String,
+    /// Image of the provisioning Jobs: the operator's own image, which carries `provision-tenant`.
+    #[arg(long, env = "SENTRY_TENANTS_IMAGE", default_value = crate::DEFAULT_IMAGE)]
+    pub image: String,
+    /// ServiceAccount the provisioning pods run as.
+    #[arg(long, env = "SENTRY_TENANTS_PROVISIONER_SERVICE_ACCOUNT", default_value = "sentry-tenants-provisioner")]
+    pub provisioner_service_account: String,
+    /// ClickHouse HTTP endpoint the provisioner talks to.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_URL", default_value = "http://clickhouse:8123")]
+    pub clickhouse_url: String,
+    /// Secret (keys `username`, `password`) with the ClickHouse admin credentials, read only by the Job's pod.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_ADMIN_SECRET", default_value = "clickhouse-admin")]
+    pub clickhouse_admin_secret: String,
+    /// Root under which each tenant's Tantivy index path is derived.
+    #[arg(long, env = "SENTRY_TENANTS_TANTIVY_ROOT", default_value = "/var/lib/sentry/tantivy")]
+    pub tantivy_root: String,
+}
+
+impl OperatorConfig {
+    /// Defaults, as `run` would see them with no flags or environment.
+    pub fn for_namespace(namespace: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            image: crate::DEFAULT_IMAGE.to_owned(),
+            provisioner_service_account: "sentry-tenants-provisioner".to_owned(),
+            clickhouse_url: "http://clickhouse:8123".to_owned(),
+            clickhouse_admin_secret: "clickhouse-admin".to_owned(),
+            tantivy_root: "/var/lib/sentry/tantivy".to_owned(),
+        }
+    }
+}

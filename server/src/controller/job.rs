@@ -1,0 +1,193 @@
+//! The Kubernetes Job a RunJob controls: the operator's own image running `provision-tenant`, under
+//! the provisioner ServiceAccount, hardened to Pod Security "restricted".
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use crate::config::OperatorConfig;
+use crate::crd::RunJob;
+
+/// Non-root UID/GID of every pod we run (distroless "nonroot").
+pub const RUN_AS_USER: i64 = 65_532;
+const TMP_VOLUME: &str = "tmp";
+const TMP_PATH: &str = "/tmp";
+
+/// Environment the provisioner reads; the names are its CLI's `env` bindings.
+pub mod env {
+    pub const RUN_ID: &str = "SENTRY_TENANTS_RUN_ID";
+    pub const TENANT: &str = "SENTRY_TENANTS_TENANT";
+    pub const ACTION: &str = "SENTRY_TENANTS_ACTION";
+    pub const NAMESPACE: &str = "SENTRY_TENANTS_NAMESPACE";
+    pub const CLICKHOUSE_URL: &str = "SENTRY_TENANTS_CLICKHOUSE_URL";
+    pub const CLICKHOUSE_USER: &str = "SENTRY_TENANTS_CLICKHOUSE_USER";
+    pub const CLICKHOUSE_PASSWORD: &str = "SENTRY_TENANTS_CLICKHOUSE_PASSWORD";
+    pub const TANTIVY_ROOT: &str = "SENTRY_TENANTS_TANTIVY_ROOT";
+}
+
+/// Builds the Job for `run`. Its name is the RunJob's, so get-or-create can find it again.
+pub fn build_job(run: &RunJob, config: &OperatorConfig) -> Job {
+    let name = run.name_any();
+    let owner = run.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    let labels: std::collections::BTreeMap<String, String> = [
+        ("app.kubernetes.io/managed-by", "sentry-tenants"),
+        ("app.kubernetes.io/component", "provisioner"),
+        ("sentry.io/tenant", run.spec.tenant.as_str()),
+        ("sentry.io/runjob", name.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: run.namespace(),
+            labels: Some(labels.clone()),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(run.spec.backoff_limit),
+            active_deadline_seconds: Some(run.spec.active_deadline_seconds),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
+                spec: Some(pod_spec(run, config)),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn pod_spec(run: &RunJob, config: &OperatorConfig) -> PodSpec {
+    PodSpec {
+        restart_policy: Some("Never".into()),
+        service_account_name: Some(config.provisioner_service_account.clone()),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS_USER),
+            run_as_group: Some(RUN_AS_USER),
+            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+            ..PodSecurityContext::default()
+        }),
+        containers: vec![Container {
+            name: "provision".into(),
+            image: Some(config.image.clone()),
+            args: Some(vec!["provision-tenant".into()]),
+            env: Some(job_env(run, config)),
+            security_context: Some(restricted_container_security_context()),
+            volume_mounts: Some(dedup_volume_mounts(default_volume_mounts(), Vec::new())),
+            resources: Some(ResourceRequirements {
+                requests: Some(
+                    [("cpu".into(), Quantity("50m".into())), ("memory".into(), Quantity("32Mi".into()))].into(),
+                ),
+                limits: Some([("memory".into(), Quantity("128Mi".into()))].into()),
+                ..ResourceRequirements::default()
+            }),
+            // The provisioner writes its classified error here; it becomes the RunJob's message.
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
+            ..Container::default()
+        }],
+        volumes: Some(vec![Volume {
+            name: TMP_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("16Mi".into())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        }]),
+        ..PodSpec::default()
+    }
+}
+
+/// The container security context "restricted" asks for, plus a read-only root filesystem.
+pub fn restricted_container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..SecurityContext::default()
+    }
+}
+
+/// Run parameters are plain values; the admin credentials are references to the Secret named at
+/// install time, resolved by the kubelet — the operator never reads them and needs no `secrets` access.
+fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
+    let plain = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() };
+    let secret = |name: &str, key: &str| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: config.clickhouse_admin_secret.clone(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    };
+    vec![
+        plain(env::RUN_ID, run.uid().as_deref().unwrap_or_default()),
+        plain(env::TENANT, &run.spec.tenant),
+        plain(env::ACTION, run.spec.action.as_str()),
+        plain(env::NAMESPACE, run.namespace().as_deref().unwrap_or_default()),
+        plain(env::CLICKHOUSE_URL, &config.clickhouse_url),
+        plain(env::TANTIVY_ROOT, &config.tantivy_root),
+        secret(env::CLICKHOUSE_USER, "username"),
+        secret(env::CLICKHOUSE_PASSWORD, "password"),
+    ]
+}
+
+fn default_volume_mounts() -> Vec<VolumeMount> {
+    vec![VolumeMount { name: TMP_VOLUME.into(), mount_path: TMP_PATH.into(), ..VolumeMount::default() }]
+}
+
+/// Defaults first, then the extra mounts that collide with none of them — by volume name *or* by
+/// mount path. (The seed's version only dropped one of the two kinds of collision, so a second mount
+/// of the same volume slipped through and the pod was rejected.)
+pub fn dedup_volume_mounts(defaults: Vec<VolumeMount>, extra: Vec<VolumeMount>) -> Vec<VolumeMount> {
+    let mut out = defaults;
+    for mount in extra {
+        let clashes = out.iter().any(|m| m.name == mount.name || m.mount_path == mount.mount_path);
+        if !clashes {
+            out.push(mount);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount(name: &str, path: &str) -> VolumeMount {
+        VolumeMount { name: name.into(), mount_path: path.into(), ..VolumeMount::default() }
+    }
+
+    #[test]
+    fn volume_mounts_are_deduplicated_by_name_and_by_path() {
+        let out = dedup_volume_mounts(
+            default_volume_mounts(),
+            vec![
+                mount("tmp", "/elsewhere"),     // same volume name as the default
+                mount("scratch", "/tmp"),       // same path as the default
+                mount("ca", "/etc/ssl/custom"), // distinct: kept
+                mount("ca", "/etc/ssl/custom"), // exact repeat: dropped
+            ],
+        );
+        let got: Vec<_> = out.iter().map(|m| (m.name.as_str(), m.mount_path.as_str())).collect();
+        assert_eq!(got, [("tmp", "/tmp"), ("ca", "/etc/ssl/custom")]);
+    }
+}

@@ -1,0 +1,187 @@
+//! The two reconcilers and what they share: the context (client, caches, clock, leadership) and the
+//! wiring that runs them on shared reflector streams.
+
+pub mod job;
+pub mod runjob;
+pub mod tenant;
+mod wiring;
+
+pub use wiring::{Stores, StoreWriters, run_controllers};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::config::OperatorConfig;
+use crate::crd::{RunJob, Tenant};
+use crate::telemetry::Metrics;
+
+/// Field manager of every write the operator makes.
+pub const MANAGER: &str = "sentry-tenants";
+/// Finished runs kept on a Tenant's status.
+pub const HISTORY_LIMIT: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("object has no {0}")]
+    MissingField(&'static str),
+}
+
+impl Error {
+    /// Short, stable label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::MissingField(_) => "invalid_object",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a reconcile needs. Built once per process and shared by both controllers.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    pub config: OperatorConfig,
+    pub stores: Stores,
+    pub metrics: Arc<Metrics>,
+    pub clock: Clock,
+    pub leader: watch::Receiver<bool>,
+    pub recorder: Recorder,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        config: OperatorConfig,
+        stores: Stores,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+        leader: watch::Receiver<bool>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, config, stores, metrics, clock, leader, recorder }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    pub fn tenants(&self) -> Api<Tenant> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    pub fn runjobs(&self) -> Api<RunJob> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    pub fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    /// The tenant from the cache; a miss is confirmed against the API, because acting on a stale
+    /// negative (failing a run whose tenant was just created) would be wrong.
+    pub async fn find_tenant(&self, name: &str) -> Result<Option<Arc<Tenant>>> {
+        let key = ObjectRef::new(name).within(&self.config.namespace);
+        if let Some(t) = self.stores.tenants.get(&key) {
+            return Ok(Some(t));
+        }
+        Ok(self.tenants().get_opt(name).await?.map(Arc::new))
+    }
+
+    /// The tenant's runs, from the cache.
+    pub fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
+        let ns = self.config.namespace.as_str();
+        self.stores
+            .runjobs
+            .state_filter(|r| r.spec.tenant == tenant && r.namespace().as_deref() == Some(ns))
+    }
+
+    /// Publishes a Kubernetes Event. Events are advisory: a failure is logged, never fails a reconcile.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(%error, reason, "could not publish event");
+        }
+    }
+}
+
+/// Merge-patches `status` when it differs from what the object already has: a no-op reconcile writes nothing.
+pub async fn patch_status_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    desired: &S,
+) -> Result<bool>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if current == Some(desired) {
+        return Ok(false);
+    }
+    let patch = serde_json::json!({ "status": desired });
+    api.patch_status(name, &write_params(), &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
+
+/// Parameters of every merge patch the operator sends: its own field manager.
+pub fn write_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// Errors are retried with a backoff that grows with the error's kind; conflicts retry quickly.
+pub fn error_policy<K>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error.kind() {
+        "conflict" => Action::requeue(Duration::from_millis(500)),
+        "invalid_object" => Action::await_change(),
+        _ => Action::requeue(Duration::from_secs(5)),
+    }
+}
+
+/// True if `obj` is controlled by the object with `uid`.
+pub fn is_controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
+    obj.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// Name of an object the API gave us (it always has one).
+pub fn name_of<K: ResourceExt>(obj: &K) -> Result<String> {
+    obj.meta().name.clone().ok_or(Error::MissingField("metadata.name"))
+}

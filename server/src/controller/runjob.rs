@@ -1,0 +1,413 @@
+//! The RunJob reconciler. Each rule answers a bug named in the seed review:
+//! 1. Deletion first: the Job is deleted with Background propagation, the finalizer removed, and the
+//!    reconcile returns — nothing else runs for a RunJob that is going away.
+//! 2. A RunJob carries our finalizer and is owned by its Tenant (our creators set both at birth).
+//! 3. A run whose tenant is missing or being deleted fails with a clear message and no Job.
+//! 4. Get-or-create: the Job's name is the RunJob's, AlreadyExists means "read it", and a Job not
+//!    controlled by this RunJob is never adopted — no second Job, no AlreadyExists loop.
+//! 5. Status follows the Job and is written only when it changed.
+//! 6. Finished runs are cleaned up at `completionTime + ttlSecondsAfterFinished`: the outcome is
+//!    recorded on the Tenant, then the RunJob is deleted; the controller requeues for that moment.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::job::build_job;
+use super::{Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed, write_params};
+use crate::crd::{
+    JobRef, RUNJOB_FINALIZER, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant, set_condition, to_k8s_time,
+};
+
+/// Lines of the pod's log kept with a finished run.
+pub const LOG_TAIL_LINES: i64 = 20;
+const LOG_TAIL_BYTES: i64 = 4096;
+
+pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx.is_leader() {
+        return Ok(Action::await_change());
+    }
+    let _timer = ctx.metrics.reconcile_timer("runjob");
+    // Rule 1.
+    if run.meta().deletion_timestamp.is_some() {
+        return finalize(&run, &ctx).await;
+    }
+    let tenant = ctx.find_tenant(&run.spec.tenant).await?;
+    // Rule 2.
+    ensure_finalizer_and_owner(&run, tenant.as_deref(), &ctx).await?;
+    // Rule 6.
+    if run.is_finished() {
+        return cleanup_when_due(&run, tenant.as_deref(), &ctx).await;
+    }
+    let now = ctx.clock.now();
+    let desired = match tenant_problem(&run, tenant.as_deref()) {
+        // Rule 3.
+        Some(problem) => failed(&run, None, &problem, now),
+        // Rules 4 and 5.
+        None => match get_or_create_job(&run, &ctx).await? {
+            JobLookup::Ours(job) => status_from_job(&run, &job, now),
+            JobLookup::Foreign(job) => waiting_for_foreign_job(&run, &job),
+            JobLookup::Vanished => failed(&run, None, "its Job was deleted before it finished", now),
+        },
+    };
+    let desired = with_pod_outcome(&run, desired, &ctx).await;
+    let name = name_of(run.as_ref())?;
+    if patch_status_if_changed(&ctx.runjobs(), &name, run.status.as_ref(), &desired).await? {
+        announce_transition(&run, tenant.as_deref(), &desired, &ctx).await;
+    }
+    Ok(match desired.cleanup_at.as_ref() {
+        Some(at) => requeue_at(at.0, ctx.clock.now()),
+        None if desired.phase == Some(RunPhase::Pending) && desired.job_ref.is_none() => {
+            // Waiting for a foreign Job to go away: poll, nothing else will wake us.
+            Action::requeue(Duration::from_secs(5))
+        }
+        None => Action::await_change(),
+    })
+}
+
+/// Rule 1: delete the Job (Background: the batch/v1 default orphans its pods), drop the finalizer.
+async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
+    if !run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let name = name_of(run)?;
+    if let Some(job_uid) = owned_job_uid(run, ctx).await? {
+        // The uid precondition makes sure we delete the Job this run created, never a same-named other.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(job_uid), resource_version: None }),
+            ..DeleteParams::background()
+        };
+        match ctx.jobs().delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let remaining: Vec<String> = run.finalizers().iter().filter(|f| *f != RUNJOB_FINALIZER).cloned().collect();
+    let patch = json!([
+        { "op": "test", "path": "/metadata/finalizers", "value": run.finalizers() },
+        { "op": "replace", "path": "/metadata/finalizers", "value": remaining },
+    ]);
+    let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
+    match ctx.runjobs().patch(&name, &write_params(), &Patch::Json::<()>(patch)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
+}
+
+/// The uid of the Job this run controls, if one exists: from the status, else from the cache or the API.
+async fn owned_job_uid(run: &RunJob, ctx: &Context) -> Result<Option<String>> {
+    if let Some(job_ref) = run.status.as_ref().and_then(|s| s.job_ref.as_ref()) {
+        return Ok(Some(job_ref.uid.clone()));
+    }
+    let run_uid = run.uid().unwrap_or_default();
+    let job = lookup_job(&name_of(run)?, ctx).await?;
+    Ok(job.filter(|j| is_controlled_by(j.as_ref(), &run_uid)).and_then(|j| j.uid()))
+}
+
+/// Rule 2, for RunJobs made by hand: one patch adds what is missing, none when nothing is.
+async fn ensure_finalizer_and_owner(run: &RunJob, tenant: Option<&Tenant>, ctx: &Context) -> Result<()> {
+    let has_finalizer = run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER);
+    let tenant_uid = tenant.and_then(|t| t.uid());
+    let has_owner = tenant_uid
+        .as_deref()
+        .is_none_or(|uid| run.owner_references().iter().any(|o| o.uid == uid));
+    if has_finalizer && has_owner {
+        return Ok(());
+    }
+    let mut finalizers = run.finalizers().to_vec();
+    if !has_finalizer {
+        finalizers.push(RUNJOB_FINALIZER.to_owned());
+    }
+    let mut owners = run.owner_references().to_vec();
+    if !has_owner && let Some(owner) = tenant.and_then(|t| t.owner_ref(&())) {
+        owners.push(owner);
+    }
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": run.resource_version(),
+            "finalizers": finalizers,
+            "ownerReferences": owners,
+        }
+    });
+    ctx.runjobs().patch(&name_of(run)?, &write_params(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Rule 3: why this run cannot start, if it cannot.
+fn tenant_problem(run: &RunJob, tenant: Option<&Tenant>) -> Option<String> {
+    let namespace = run.namespace().unwrap_or_default();
+    match tenant {
+        None => Some(format!("tenant {:?} does not exist in namespace {namespace:?}", run.spec.tenant)),
+        Some(t) if t.meta().deletion_timestamp.is_some() => {
+            Some(format!("tenant {:?} is being deleted", run.spec.tenant))
+        }
+        Some(_) => None,
+    }
+}
+
+enum JobLookup {
+    /// The Job this RunJob controls.
+    Ours(Arc<Job>),
+    /// A same-named Job controlled by something else (e.g. an older RunJob's, still terminating).
+    Foreign(Arc<Job>),
+    /// The run had created a Job, and it is gone before the run finished.
+    Vanished,
+}
+
+/// Rule 4. Never a blind create: a re-reconcile, a restart or a second replica finds the Job by name.
+async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
+    let run_uid = run.uid().unwrap_or_default();
+    let name = name_of(run)?;
+    let classify = |job: Arc<Job>| {
+        if is_controlled_by(job.as_ref(), &run_uid) { JobLookup::Ours(job) } else { JobLookup::Foreign(job) }
+    };
+    let created_before = run.status.as_ref().is_some_and(|s| s.job_ref.is_some());
+    if let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&ctx.config.namespace)) {
+        return Ok(classify(job));
+    }
+    if created_before {
+        return Ok(match ctx.jobs().get_opt(&name).await? {
+            Some(job) => classify(Arc::new(job)),
+            None => JobLookup::Vanished,
+        });
+    }
+    match ctx.jobs().create(&PostParams::default(), &build_job(run, &ctx.config)).await {
+        Ok(job) => {
+            ctx.metrics.jobs_created.inc();
+            ctx.event(run, EventType::Normal, "JobCreated", format!("Created Job {name}")).await;
+            Ok(JobLookup::Ours(Arc::new(job)))
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(classify(Arc::new(ctx.jobs().get(&name).await?))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A Job from the cache, or from the API when the cache has not seen it (yet).
+async fn lookup_job(name: &str, ctx: &Context) -> Result<Option<Arc<Job>>> {
+    if let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(name).within(&ctx.config.namespace)) {
+        return Ok(Some(job));
+    }
+    Ok(ctx.jobs().get_opt(name).await?.map(Arc::new))
+}
+
+/// Rule 5: the RunJob's status as a function of its Job.
+pub fn status_from_job(run: &RunJob, job: &Job, now: Timestamp) -> RunJobStatus {
+    let mut status = run.status.clone().unwrap_or_default();
+    status.job_ref = Some(JobRef { name: job.name_any(), uid: job.uid().unwrap_or_default() });
+    let job_status = job.status.clone().unwrap_or_default();
+    status.start_time = job_status.start_time.clone();
+    let terminal = |type_: &str| {
+        job_status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_ && c.status == "True")
+            .cloned()
+    };
+    if let Some(done) = terminal("Complete") {
+        let at = job_status.completion_time.clone().or(done.last_transition_time).map_or(now, |t| t.0);
+        return finished(status, run, RunPhase::Succeeded, "Run succeeded".to_owned(), at);
+    }
+    if let Some(fail) = terminal("Failed") {
+        let at = fail.last_transition_time.map_or(now, |t| t.0);
+        let reason = fail.reason.unwrap_or_else(|| "Failed".into());
+        let message = match fail.message {
+            Some(m) if !m.is_empty() => format!("Job failed ({reason}): {m}"),
+            _ => format!("Job failed ({reason})"),
+        };
+        return finished(status, run, RunPhase::Failed, message, at);
+    }
+    let running = job_status.active.unwrap_or(0) > 0;
+    let (phase, message) = if running {
+        (RunPhase::Running, "Job is running")
+    } else {
+        (RunPhase::Pending, "Job is waiting for its pod")
+    };
+    status.phase = Some(phase);
+    status.message = Some(message.to_owned());
+    set_finished_condition(&mut status, run, false, phase.as_str(), message, now);
+    status
+}
+
+fn finished(mut status: RunJobStatus, run: &RunJob, phase: RunPhase, message: String, at: Timestamp) -> RunJobStatus {
+    let at = to_k8s_time(at);
+    let ttl = SignedDuration::from_secs(i64::from(run.spec.ttl_seconds_after_finished));
+    status.phase = Some(phase);
+    status.cleanup_at = Some(to_k8s_time(at.0.checked_add(ttl).unwrap_or(at.0)));
+    status.completion_time = Some(at.clone());
+    set_finished_condition(&mut status, run, true, phase.as_str(), &message, at.0);
+    status.message = Some(message);
+    status
+}
+
+fn set_finished_condition(status: &mut RunJobStatus, run: &RunJob, done: bool, reason: &str, msg: &str, now: Timestamp) {
+    set_condition(&mut status.conditions, "Finished", done.into(), reason, msg, run.meta().generation, now);
+}
+
+/// Rule 3's outcome, and the outcome of a Job that vanished: Failed, with the reason as the message.
+fn failed(run: &RunJob, job: Option<&Job>, message: &str, now: Timestamp) -> RunJobStatus {
+    let mut status = run.status.clone().unwrap_or_default();
+    if let Some(job) = job {
+        status.job_ref = Some(JobRef { name: job.name_any(), uid: job.uid().unwrap_or_default() });
+    }
+    finished(status, run, RunPhase::Failed, format!("Run failed: {message}"), now)
+}
+
+fn waiting_for_foreign_job(run: &RunJob, job: &Job) -> RunJobStatus {
+    let mut status = run.status.clone().unwrap_or_default();
+    status.phase = Some(RunPhase::Pending);
+    status.message = Some(format!(
+        "waiting for Job {} (uid {}), which this RunJob does not control, to be deleted",
+        job.name_any(),
+        job.uid().unwrap_or_default()
+    ));
+    status
+}
+
+/// When a run has just finished, keep what its pod said: the termination message (the provisioner's
+/// classified error) becomes the message, and the last log lines are kept. Best effort: a run whose pod
+/// is already gone still finishes.
+async fn with_pod_outcome(run: &RunJob, mut desired: RunJobStatus, ctx: &Context) -> RunJobStatus {
+    let just_finished = desired.phase.is_some_and(RunPhase::is_finished) && !run.is_finished();
+    let Some(job_ref) = desired.job_ref.as_ref().filter(|_| just_finished) else {
+        return desired;
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let selector = format!("batch.kubernetes.io/job-name={}", job_ref.name);
+    let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else {
+        return desired;
+    };
+    let Some(pod) = list.items.into_iter().max_by_key(|p| p.metadata.creation_timestamp.clone()) else {
+        return desired;
+    };
+    let terminated_message = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty());
+    if let (Some(msg), Some(RunPhase::Failed)) = (terminated_message, desired.phase) {
+        desired.message = Some(msg);
+    }
+    let params = LogParams { tail_lines: Some(LOG_TAIL_LINES), limit_bytes: Some(LOG_TAIL_BYTES), ..LogParams::default() };
+    if let Ok(log) = pods.logs(&pod.name_any(), &params).await {
+        desired.log_tail = Some(log);
+    }
+    desired
+}
+
+async fn announce_transition(run: &RunJob, tenant: Option<&Tenant>, desired: &RunJobStatus, ctx: &Context) {
+    let before = run.phase();
+    let Some(after) = desired.phase.filter(|p| Some(*p) != before && p.is_finished()) else {
+        return;
+    };
+    let message = desired.message.clone().unwrap_or_default();
+    let (type_, reason) = match after {
+        RunPhase::Succeeded => (EventType::Normal, "RunSucceeded"),
+        _ => (EventType::Warning, "RunFailed"),
+    };
+    ctx.metrics.runs_finished.get_or_create(&crate::telemetry::PhaseLabel::new(after.as_str())).inc();
+    let note = format!("{} run {}: {message}", run.spec.action.as_str(), run.name_any());
+    ctx.event(run, type_, reason, note.clone()).await;
+    if let Some(tenant) = tenant {
+        ctx.event(tenant, type_, reason, note).await;
+    }
+}
+
+/// Rule 6.
+async fn cleanup_when_due(run: &RunJob, tenant: Option<&Tenant>, ctx: &Context) -> Result<Action> {
+    let now = ctx.clock.now();
+    let due = cleanup_at(run, now);
+    if now < due {
+        return Ok(requeue_at(due, now));
+    }
+    if let Some(tenant) = tenant {
+        record_in_history(tenant, run, ctx).await?;
+    }
+    let name = name_of(run)?;
+    match ctx.runjobs().delete(&name, &DeleteParams::background()).await {
+        Ok(_) => {
+            ctx.metrics.cleanups.inc();
+            if let Some(tenant) = tenant {
+                let note = format!("Cleaned up finished {} run {name}", run.spec.action.as_str());
+                ctx.event(tenant, EventType::Normal, "RunCleanedUp", note).await;
+            }
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
+}
+
+/// When a finished run is deleted: `status.cleanupAt`, or (for a status written without one) its
+/// completion time plus the TTL.
+pub fn cleanup_at(run: &RunJob, now: Timestamp) -> Timestamp {
+    let status = run.status.as_ref();
+    if let Some(at) = status.and_then(|s| s.cleanup_at.as_ref()) {
+        return at.0;
+    }
+    let done = status.and_then(|s| s.completion_time.as_ref()).map_or(now, |t| t.0);
+    done.checked_add(SignedDuration::from_secs(i64::from(run.spec.ttl_seconds_after_finished)))
+        .unwrap_or(done)
+}
+
+/// Requeue for exactly `at` (rounded up to the millisecond, so the wake-up is never early).
+pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
+    let wait = at.duration_since(now);
+    if wait <= SignedDuration::ZERO {
+        return Action::requeue(Duration::ZERO);
+    }
+    let nanos = wait.as_nanos();
+    let millis = nanos / 1_000_000 + i128::from(nanos % 1_000_000 != 0);
+    Action::requeue(Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX)))
+}
+
+/// Keeps the run's outcome on the Tenant before the RunJob goes. Idempotent by uid; the
+/// resourceVersion precondition stops a stale cache from writing a second copy.
+async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> Result<()> {
+    let record = run_record(run);
+    if tenant.history().iter().any(|h| h.uid == record.uid) {
+        return Ok(());
+    }
+    let mut history = vec![record];
+    history.extend(tenant.history().iter().take(HISTORY_LIMIT - 1).cloned());
+    let patch = json!({
+        "metadata": { "resourceVersion": tenant.resource_version() },
+        "status": { "history": history },
+    });
+    match ctx.tenants().patch_status(&name_of(tenant)?, &write_params(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub fn run_record(run: &RunJob) -> RunRecord {
+    let status = run.status.clone().unwrap_or_default();
+    RunRecord {
+        name: run.name_any(),
+        uid: run.uid().unwrap_or_default(),
+        action: run.spec.action,
+        phase: status.phase.unwrap_or(RunPhase::Failed),
+        message: status.message.unwrap_or_default(),
+        started_at: status.start_time,
+        finished_at: status
+            .completion_time
+            .unwrap_or_else(|| to_k8s_time(Timestamp::UNIX_EPOCH)),
+        log_tail: status.log_tail,
+    }
+}

@@ -1,0 +1,284 @@
+//! The Tenant reconciler. Its rules:
+//! 1. A tenant being deleted is left to garbage collection (its runs and Secret are owned by it).
+//! 2. `status.phase` is a pure function of spec.suspended, the provisioner's report
+//!    (`status.clickHouseDatabaseName`) and the tenant's runs — recomputed every time, never toggled.
+//! 3. `Ready`, `Provisioned` and `AccessLocked` conditions follow the phase; transition times move only on flips.
+//! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant, one
+//!    Suspend/Resume RunJob is created for that generation — never a second one.
+//! 5. Status is written only when it changed.
+//!
+//! It never claims Active on its own and never talks to ClickHouse.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use super::{Context, Result, name_of, patch_status_if_changed};
+use crate::crd::{
+    ConditionStatus, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, RunRecord, Tenant,
+    TenantPhase, TenantStatus, set_condition,
+};
+use crate::names::TenantName;
+
+/// What the tenant's runs say about provisioning, reduced to what the phase needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProvisionRuns {
+    /// A Provision run exists that has not finished.
+    pub in_flight: bool,
+    /// The most recently finished Provision run failed.
+    pub latest_failed: bool,
+}
+
+/// The phase rule from ARCHITECTURE.md, in order. Never Active without a database name; un-suspending
+/// a provisioned tenant lands straight on Active because nothing here remembers the previous phase.
+pub fn phase(suspended: bool, database: Option<&str>, runs: ProvisionRuns) -> TenantPhase {
+    if suspended {
+        TenantPhase::Suspended
+    } else if database.is_some_and(|db| !db.is_empty()) {
+        TenantPhase::Active
+    } else if runs.in_flight {
+        TenantPhase::Provisioning
+    } else if runs.latest_failed {
+        TenantPhase::Failed
+    } else {
+        TenantPhase::Pending
+    }
+}
+
+/// A finished run, from a live RunJob or from the history kept after cleanup.
+struct Finished<'a> {
+    name: &'a str,
+    phase: RunPhase,
+    message: &'a str,
+    at: Option<Timestamp>,
+}
+
+/// Latest finished Provision run, considering both live RunJobs and the history on the tenant.
+fn latest_finished_provision<'a>(runs: &'a [Arc<RunJob>], history: &'a [RunRecord]) -> Option<Finished<'a>> {
+    let live = runs.iter().filter(|r| r.spec.action == RunAction::Provision).filter_map(|r| {
+        let status = r.status.as_ref()?;
+        let phase = status.phase.filter(|p| p.is_finished())?;
+        Some(Finished {
+            name: r.metadata.name.as_deref().unwrap_or_default(),
+            phase,
+            message: status.message.as_deref().unwrap_or_default(),
+            at: status.completion_time.as_ref().map(|t| t.0),
+        })
+    });
+    let recorded = history.iter().filter(|h| h.action == RunAction::Provision).map(|h| Finished {
+        name: &h.name,
+        phase: h.phase,
+        message: &h.message,
+        at: Some(h.finished_at.0),
+    });
+    live.chain(recorded).max_by_key(|f| f.at)
+}
+
+pub fn provision_runs(runs: &[Arc<RunJob>], history: &[RunRecord]) -> ProvisionRuns {
+    ProvisionRuns {
+        in_flight: runs
+            .iter()
+            .any(|r| r.spec.action == RunAction::Provision && r.is_in_flight()),
+        latest_failed: latest_finished_provision(runs, history)
+            .is_some_and(|f| f.phase == RunPhase::Failed),
+    }
+}
+
+/// The status this controller owns (phase, observedGeneration, conditions), computed from the current
+/// one so fields written by others (provisioner, RunJob controller) are carried over untouched.
+pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> TenantStatus {
+    let current = tenant.status.clone().unwrap_or_default();
+    let database = current.click_house_database_name.as_deref().filter(|d| !d.is_empty());
+    let provision = provision_runs(runs, &current.history);
+    let phase = phase(tenant.spec.suspended, database, provision);
+    let generation = tenant.metadata.generation;
+
+    let mut desired = current.clone();
+    desired.phase = Some(phase);
+    desired.observed_generation = generation;
+
+    let ready_message = match phase {
+        TenantPhase::Active => format!("Database {} is ready", database.unwrap_or_default()),
+        TenantPhase::Suspended => "Tenant is suspended".to_owned(),
+        TenantPhase::Provisioning => "A Provision run is in progress".to_owned(),
+        TenantPhase::Failed => failed_message(runs, &current.history),
+        TenantPhase::Pending => "Not provisioned yet: start a Provision run".to_owned(),
+    };
+    let c = &mut desired.conditions;
+    set_condition(c, "Ready", (phase == TenantPhase::Active).into(), phase.as_str(), &ready_message, generation, now);
+
+    let (provisioned, reason, message) = match (database, phase) {
+        (Some(db), _) => (true, "DatabaseReady", format!("Provisioner reported database {db}")),
+        (None, TenantPhase::Provisioning) => (false, "Provisioning", "A Provision run is in progress".to_owned()),
+        (None, TenantPhase::Failed) => (false, "ProvisionFailed", failed_message(runs, &current.history)),
+        (None, _) => (false, "NotProvisioned", "No successful Provision run yet".to_owned()),
+    };
+    set_condition(c, "Provisioned", provisioned.into(), reason, &message, generation, now);
+
+    if database.is_some() {
+        let locked = current.access_locked.unwrap_or(false);
+        let (reason, message) = match (locked, tenant.spec.suspended) {
+            (true, true) => ("LoginsLocked", "ClickHouse logins are locked"),
+            (false, false) => ("LoginsAllowed", "ClickHouse logins are allowed"),
+            (false, true) => ("Locking", "Suspended; a Suspend run is locking ClickHouse logins"),
+            (true, false) => ("Unlocking", "Resumed; a Resume run is unlocking ClickHouse logins"),
+        };
+        set_condition(c, "AccessLocked", ConditionStatus::from(locked), reason, message, generation, now);
+    }
+    desired
+}
+
+fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord]) -> String {
+    match latest_finished_provision(runs, history) {
+        Some(f) if f.message.is_empty() => format!("Provision run {} failed", f.name),
+        Some(f) => format!("Provision run {} failed: {}", f.name, f.message),
+        None => "Provision run failed".to_owned(),
+    }
+}
+
+/// Rule 4: the Suspend/Resume run this tenant needs now, if any. `None` when ClickHouse already enforces
+/// spec.suspended, when a lock run is in flight, or when this generation's run was already made.
+pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunAction, String)> {
+    if !tenant.is_provisioned() || tenant.spec.suspended == tenant.access_locked() {
+        return None;
+    }
+    let lock_action = |r: &Arc<RunJob>| matches!(r.spec.action, RunAction::Suspend | RunAction::Resume);
+    if runs.iter().any(|r| lock_action(r) && r.is_in_flight()) {
+        return None;
+    }
+    let action = if tenant.spec.suspended { RunAction::Suspend } else { RunAction::Resume };
+    let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
+    let generation = tenant.metadata.generation.unwrap_or(1).max(0) as u64;
+    let name = tenant_name.run_job(action.as_str(), generation);
+    let already_made = runs.iter().any(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+        || tenant.history().iter().any(|h| h.name == name);
+    (!already_made).then_some((action, name))
+}
+
+/// A new RunJob for `tenant`, owned by it and carrying the RunJob controller's finalizer from birth
+/// (so the controller needs no extra write to add it).
+pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
+    let owner = tenant.controller_owner_ref(&()).expect("a stored tenant has a name and uid");
+    RunJob {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: tenant.namespace(),
+            owner_references: Some(vec![owner]),
+            finalizers: Some(vec![RUNJOB_FINALIZER.to_owned()]),
+            labels: Some(
+                [
+                    ("app.kubernetes.io/managed-by".to_owned(), "sentry-tenants".to_owned()),
+                    ("sentry.io/tenant".to_owned(), tenant.name_any()),
+                    ("sentry.io/action".to_owned(), action.as_str().to_lowercase()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: RunJobSpec::new(&tenant.name_any(), action),
+        status: None,
+    }
+}
+
+pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx.is_leader() {
+        return Ok(Action::await_change());
+    }
+    let _timer = ctx.metrics.reconcile_timer("tenant");
+    // Rule 1.
+    if tenant.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let name = name_of(tenant.as_ref())?;
+    let runs = ctx.runs_of(&name);
+
+    // Rule 4.
+    if let Some((action, run_name)) = lock_run_needed(&tenant, &runs) {
+        create_lock_run(&tenant, &run_name, action, &ctx).await?;
+    }
+
+    // Rules 2, 3, 5.
+    let desired = desired_status(&tenant, &runs, ctx.clock.now());
+    patch_status_if_changed(&ctx.tenants(), &name, tenant.status.as_ref(), &desired).await?;
+    Ok(Action::await_change())
+}
+
+async fn create_lock_run(tenant: &Tenant, name: &str, action: RunAction, ctx: &Context) -> Result<()> {
+    let run = new_run_job(tenant, name, action);
+    match ctx.runjobs().create(&PostParams::default(), &run).await {
+        Ok(_) => {
+            let note = format!("Created {} run {name}", action.as_str());
+            ctx.event(tenant, EventType::Normal, "RunCreated", note).await;
+            Ok(())
+        }
+        // A previous reconcile (or another replica) made it: that is the outcome we wanted.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TenantPhase::*;
+
+    fn runs(in_flight: bool, latest_failed: bool) -> ProvisionRuns {
+        ProvisionRuns { in_flight, latest_failed }
+    }
+
+    /// Every combination of the three inputs, with the phase the rule list demands.
+    #[test]
+    fn phase_table_covers_every_combination() {
+        let db = Some("tenant_acme");
+        let cases = [
+            // suspended, database, in_flight, latest_failed => phase
+            (false, None, false, false, Pending),
+            (false, None, false, true, Failed),
+            (false, None, true, false, Provisioning),
+            (false, None, true, true, Provisioning),
+            (false, db, false, false, Active),
+            (false, db, false, true, Active),
+            (false, db, true, false, Active),
+            (false, db, true, true, Active),
+            (true, None, false, false, Suspended),
+            (true, None, false, true, Suspended),
+            (true, None, true, false, Suspended),
+            (true, None, true, true, Suspended),
+            (true, db, false, false, Suspended),
+            (true, db, false, true, Suspended),
+            (true, db, true, false, Suspended),
+            (true, db, true, true, Suspended),
+        ];
+        for (suspended, database, in_flight, failed, want) in cases {
+            assert_eq!(
+                phase(suspended, database, runs(in_flight, failed)),
+                want,
+                "suspended={suspended} db={database:?} in_flight={in_flight} failed={failed}"
+            );
+        }
+    }
+
+    #[test]
+    fn never_active_without_a_database_name() {
+        for db in [None, Some("")] {
+            for in_flight in [false, true] {
+                for failed in [false, true] {
+                    assert_ne!(phase(false, db, runs(in_flight, failed)), Active);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unsuspending_a_provisioned_tenant_returns_straight_to_active() {
+        let db = Some("tenant_acme");
+        assert_eq!(phase(true, db, runs(false, false)), Suspended);
+        assert_eq!(phase(false, db, runs(false, false)), Active);
+        // Even when the history's latest provision attempt failed, the database decides.
+        assert_eq!(phase(false, db, runs(false, true)), Active);
+    }
+}

@@ -1,0 +1,147 @@
+//! Runs both controllers on shared reflector streams: one watch per kind, one cache per kind, read by
+//! the reconcilers and the dashboard alike.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use super::{Context, error_policy, runjob, tenant};
+use crate::crd::{RunJob, Tenant};
+
+/// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
+const SHARED_BUFFER: usize = 1024;
+/// Label on everything we create; the Job cache holds only those.
+pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=sentry-tenants";
+
+/// Read sides of the caches.
+#[derive(Clone)]
+pub struct Stores {
+    pub tenants: Store<Tenant>,
+    pub runjobs: Store<RunJob>,
+    pub jobs: Store<Job>,
+}
+
+/// Write sides of the caches: fed by watches in `run`, by hand in tests.
+pub struct StoreWriters {
+    pub tenants: reflector::store::Writer<Tenant>,
+    pub runjobs: reflector::store::Writer<RunJob>,
+    pub jobs: reflector::store::Writer<Job>,
+}
+
+impl Stores {
+    pub fn shared() -> (Stores, StoreWriters) {
+        let (tenants, tw) = reflector::store_shared(SHARED_BUFFER);
+        let (runjobs, rw) = reflector::store_shared(SHARED_BUFFER);
+        let (jobs, jw) = reflector::store_shared(SHARED_BUFFER);
+        (Stores { tenants, runjobs, jobs }, StoreWriters { tenants: tw, runjobs: rw, jobs: jw })
+    }
+
+    /// Resolves once every cache has had its first complete list.
+    pub async fn wait_until_ready(&self) {
+        let _ = futures::join!(
+            self.tenants.wait_until_ready(),
+            self.runjobs.wait_until_ready(),
+            self.jobs.wait_until_ready()
+        );
+    }
+
+    pub fn is_ready(&self) -> bool {
+        // `wait_until_ready` resolves immediately once ready.
+        futures::FutureExt::now_or_never(self.wait_until_ready()).is_some()
+    }
+}
+
+/// Yields once each time leadership is gained, to reconcile everything the new leader inherits.
+fn on_leadership_gained(leader: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send {
+    futures::stream::unfold(leader, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                return Some(((), rx));
+            }
+        }
+    })
+}
+
+/// Maps a RunJob to the Tenant whose phase and history depend on it.
+pub fn tenant_of_run(run: Arc<RunJob>) -> Option<ObjectRef<Tenant>> {
+    let ns = run.metadata.namespace.as_deref()?;
+    Some(ObjectRef::new(&run.spec.tenant).within(ns))
+}
+
+/// Starts one watch per kind, each feeding its cache and its subscribers, and both controllers.
+/// Resolves when `shutdown` fires and the controllers have finished their in-flight reconciles.
+pub async fn run_controllers(
+    ctx: Arc<Context>,
+    writers: StoreWriters,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    let StoreWriters { tenants: tw, runjobs: rw, jobs: jw } = writers;
+    let ns = ctx.config.namespace.clone();
+    let client = ctx.client.clone();
+    let subscribe_tenants = tw.subscribe().expect("shared store");
+    let subscribe_runs_a = rw.subscribe().expect("shared store");
+    let subscribe_runs_b = rw.subscribe().expect("shared store");
+    let subscribe_jobs = jw.subscribe().expect("shared store");
+
+    let tenant_watch = watcher(Api::<Tenant>::namespaced(client.clone(), &ns), watcher::Config::default())
+        .default_backoff()
+        .reflect_shared(tw)
+        .for_each(|_| futures::future::ready(()));
+    let run_watch = watcher(Api::<RunJob>::namespaced(client.clone(), &ns), watcher::Config::default())
+        .default_backoff()
+        .reflect_shared(rw)
+        .for_each(|_| futures::future::ready(()));
+    let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
+    let job_watch = watcher(Api::<Job>::namespaced(client, &ns), job_config)
+        .default_backoff()
+        .reflect_shared(jw)
+        .for_each(|_| futures::future::ready(()));
+
+    let tenant_controller = Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
+        .watches_shared_stream(subscribe_runs_a, tenant_of_run)
+        .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(tenant::reconcile, report_error("tenant"), Arc::clone(&ctx))
+        .for_each(|result| log_result("tenant", result));
+    let run_controller = Controller::for_shared_stream(subscribe_runs_b, ctx.stores.runjobs.clone())
+        .owns_shared_stream(subscribe_jobs)
+        .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(runjob::reconcile, report_error("runjob"), Arc::clone(&ctx))
+        .for_each(|result| log_result("runjob", result));
+
+    // The watches never end on their own; the controllers end on shutdown, and that ends the select.
+    let watches = async {
+        futures::join!(tenant_watch, run_watch, job_watch);
+    };
+    tokio::select! {
+        _ = watches => {}
+        _ = async { futures::join!(tenant_controller, run_controller) } => {}
+    }
+}
+
+fn report_error<K>(controller: &'static str) -> impl Fn(Arc<K>, &super::Error, Arc<Context>) -> kube::runtime::controller::Action {
+    move |obj, error, ctx| {
+        ctx.metrics.count_error(controller, error.kind());
+        error_policy(obj, error, ctx)
+    }
+}
+
+async fn log_result<K, E: std::fmt::Display>(
+    controller: &'static str,
+    result: Result<(ObjectRef<K>, kube::runtime::controller::Action), E>,
+) where
+    K: kube::Resource,
+{
+    match result {
+        Ok((obj, _)) => tracing::debug!(controller, object = %obj, "reconciled"),
+        Err(error) => tracing::warn!(controller, %error, "reconcile failed"),
+    }
+}

@@ -1,0 +1,70 @@
+//! The two custom resources, `Tenant` and `RunJob` (group `sentry.io`, version `v1alpha1`).
+//!
+//! The CRD YAML in `manifests/crds/` is generated from these types (`sentry-tenants crd`) and a test fails
+//! when the two drift apart.
+
+mod condition;
+mod runjob;
+mod tenant;
+
+pub use condition::{Condition, ConditionStatus, set_condition};
+pub use runjob::{JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase};
+pub use tenant::{RunRecord, SecretRef, Tenant, TenantPhase, TenantSpec, TenantStatus};
+
+use kube::CustomResourceExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+pub const GROUP: &str = "sentry.io";
+pub const VERSION: &str = "v1alpha1";
+/// Finalizer the RunJob controller puts on every RunJob so it can delete the Job with Background propagation.
+pub const RUNJOB_FINALIZER: &str = "sentry.io/runjob-cleanup";
+
+/// Both CRDs, in the order they are applied.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![Tenant::crd(), RunJob::crd()]
+}
+
+/// The CRDs as one multi-document YAML stream: what `sentry-tenants crd` prints and `manifests/crds/` holds.
+pub fn crds_yaml() -> String {
+    crds()
+        .iter()
+        .map(|crd| serde_yaml::to_string(crd).expect("a CRD always serialises"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Where the generated CRDs are committed, relative to the workspace root.
+pub const CRDS_FILE: &str = "manifests/crds/crds.yaml";
+
+/// Kubernetes timestamps have second precision; every time we write is truncated so a value read back
+/// compares equal to the one computed (otherwise every reconcile would see a "change").
+pub fn to_k8s_time(ts: jiff::Timestamp) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::from_second(ts.as_second()).expect("in range"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `manifests/crds/crds.yaml` must be exactly what the Rust types generate. To regenerate:
+    /// `cargo run -q -- crd > manifests/crds/crds.yaml`.
+    #[test]
+    fn committed_crds_match_the_rust_types() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(CRDS_FILE);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == crds_yaml(),
+            "{CRDS_FILE} is out of date with the CRD types: run `cargo run -q -- crd > {CRDS_FILE}`"
+        );
+    }
+
+    #[test]
+    fn tenant_name_rule_in_the_crd_matches_the_rust_rule() {
+        let yaml = crds_yaml();
+        assert!(yaml.contains(&format!("self.metadata.name.size() <= {}", crate::names::MAX_TENANT_NAME)));
+        assert!(yaml.contains(&format!("matches('{}')", crate::names::TENANT_NAME_PATTERN)));
+        assert!(yaml.contains(&format!("matches('{}')", crate::names::DNS_LABEL_PATTERN)));
+    }
+}

@@ -1,0 +1,176 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Condition;
+use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
+
+/// One run of an action against a tenant, carried out by a Kubernetes Job this resource controls.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "sentry.io",
+    version = "v1alpha1",
+    kind = "RunJob",
+    namespaced,
+    status = "RunJobStatus",
+    shortname = "rj",
+    derive = "PartialEq",
+    doc = "One run of Provision, Suspend or Resume for a tenant, carried out by the Job it controls.",
+    printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
+    printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    // The RunJob's name is also its Job's name, which Kubernetes copies into a label value.
+    validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be a DNS label of at most 63 characters")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RunJobSpec {
+    /// The Tenant (same namespace) this run acts on. Immutable.
+    #[schemars(length(min = 1, max = MAX_TENANT_NAME), pattern(TENANT_NAME_PATTERN))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.tenant is immutable"))]
+    pub tenant: String,
+    /// What to do. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.action is immutable"))]
+    pub action: RunAction,
+    /// Seconds after the run finishes before the RunJob, its Job and Pod are deleted.
+    #[serde(default = "default_ttl")]
+    #[schemars(range(min = 0, max = 604_800))]
+    pub ttl_seconds_after_finished: i32,
+    /// Pod retries before the Job is marked failed.
+    #[serde(default = "default_backoff_limit")]
+    #[schemars(range(min = 0, max = 10))]
+    pub backoff_limit: i32,
+    /// Wall-clock limit for the whole Job.
+    #[serde(default = "default_active_deadline")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub active_deadline_seconds: i64,
+}
+
+pub const DEFAULT_TTL_SECONDS: i32 = 300;
+pub const DEFAULT_BACKOFF_LIMIT: i32 = 2;
+pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = 600;
+
+fn default_ttl() -> i32 {
+    DEFAULT_TTL_SECONDS
+}
+fn default_backoff_limit() -> i32 {
+    DEFAULT_BACKOFF_LIMIT
+}
+fn default_active_deadline() -> i64 {
+    DEFAULT_ACTIVE_DEADLINE_SECONDS
+}
+
+impl RunJobSpec {
+    pub fn new(tenant: &str, action: RunAction) -> Self {
+        Self {
+            tenant: tenant.to_owned(),
+            action,
+            ttl_seconds_after_finished: DEFAULT_TTL_SECONDS,
+            backoff_limit: DEFAULT_BACKOFF_LIMIT,
+            active_deadline_seconds: DEFAULT_ACTIVE_DEADLINE_SECONDS,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum RunAction {
+    Provision,
+    Suspend,
+    Resume,
+}
+
+impl RunAction {
+    pub const ALL: [RunAction; 3] = [Self::Provision, Self::Suspend, Self::Resume];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provision => "Provision",
+            Self::Suspend => "Suspend",
+            Self::Resume => "Resume",
+        }
+    }
+}
+
+impl std::str::FromStr for RunAction {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown action {s:?}: expected one of Provision, Suspend, Resume"))
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum RunPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl RunPhase {
+    pub const ALL: [RunPhase; 4] = [Self::Pending, Self::Running, Self::Succeeded, Self::Failed];
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunJobStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RunPhase>,
+    /// The Job this run really created: name and uid, so a same-named replacement is never mistaken for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_ref: Option<JobRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// When the controller deletes this RunJob (completionTime + ttlSecondsAfterFinished).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Last lines the run's pod printed, captured when it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct JobRef {
+    pub name: String,
+    pub uid: String,
+}
+
+impl RunJob {
+    pub fn phase(&self) -> Option<RunPhase> {
+        self.status.as_ref().and_then(|s| s.phase)
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.phase().is_some_and(RunPhase::is_finished)
+    }
+
+    /// Not yet finished: counts as "in flight" for the tenant's phase and for duplicate-click protection.
+    pub fn is_in_flight(&self) -> bool {
+        !self.is_finished() && self.metadata.deletion_timestamp.is_none()
+    }
+}

@@ -1,0 +1,141 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Condition, RunAction, RunPhase};
+use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
+
+/// A tenant: a ClickHouse database, user and grants, provisioned by a RunJob and tracked here.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "sentry.io",
+    version = "v1alpha1",
+    kind = "Tenant",
+    namespaced,
+    status = "TenantStatus",
+    shortname = "tn",
+    derive = "PartialEq",
+    doc = "A tenant of the platform: its ClickHouse database, user and credentials, provisioned by a RunJob.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
+    printcolumn(name = "Database", type_ = "string", json_path = ".status.clickHouseDatabaseName"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    // Every name derived from the tenant's (database, user, Secret, RunJob, Job, Pod) must stay valid:
+    // see `names::MAX_TENANT_NAME`. Kept in step with `names::TENANT_NAME_PATTERN` by a test.
+    validation = Rule::new("self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be at most 40 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSpec {
+    /// Human-readable name shown in the dashboard. Never overwritten by the provisioner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_DISPLAY_NAME), pattern(DISPLAY_NAME_PATTERN))]
+    pub display_name: Option<String>,
+    /// Suspend the tenant: its ClickHouse user's logins are locked until resumed.
+    #[serde(default)]
+    pub suspended: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantStatus {
+    /// Derived from spec.suspended, the provisioner's report and the tenant's runs; see `controller::tenant::phase`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<TenantPhase>,
+    /// The generation the phase and conditions were computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Written only by the provisioner, once the database, user and grants really exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub click_house_database_name: Option<String>,
+    /// Written only by the provisioner: the Secret holding the real credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub click_house_secret_ref: Option<SecretRef>,
+    /// Written only by the provisioner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tantivy_index_path: Option<String>,
+    /// Written only by the provisioner after a Suspend (true) or Resume (false) run really changed ClickHouse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_locked: Option<bool>,
+    /// Finished runs, newest first, kept after their RunJobs are cleaned up. Written only by the RunJob controller.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::controller::HISTORY_LIMIT))]
+    pub history: Vec<RunRecord>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, PartialOrd, Ord)]
+pub enum TenantPhase {
+    Pending,
+    Provisioning,
+    Active,
+    Suspended,
+    Failed,
+}
+
+impl TenantPhase {
+    pub const ALL: [TenantPhase; 5] = [
+        Self::Pending,
+        Self::Provisioning,
+        Self::Active,
+        Self::Suspended,
+        Self::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Provisioning => "Provisioning",
+            Self::Active => "Active",
+            Self::Suspended => "Suspended",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SecretRef {
+    pub name: String,
+}
+
+/// The outcome of one finished run, kept on the Tenant so it survives the RunJob's cleanup.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    pub name: String,
+    pub uid: String,
+    pub action: RunAction,
+    pub phase: RunPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    pub finished_at: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
+}
+
+impl Tenant {
+    pub fn phase(&self) -> Option<TenantPhase> {
+        self.status.as_ref().and_then(|s| s.phase)
+    }
+
+    /// True once the provisioner has reported a database: the only evidence that provisioning happened.
+    pub fn is_provisioned(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.click_house_database_name.as_deref())
+            .is_some_and(|db| !db.is_empty())
+    }
+
+    pub fn access_locked(&self) -> bool {
+        self.status.as_ref().and_then(|s| s.access_locked).unwrap_or(false)
+    }
+
+    pub fn history(&self) -> &[RunRecord] {
+        self.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,135 @@
+//! Leader election on a `coordination.k8s.io` Lease: every replica serves the dashboard, only the
+//! holder of the Lease reconciles. Writes use the Lease's resourceVersion, so two replicas racing for
+//! an expired Lease cannot both win.
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+
+pub const LEASE_NAME: &str = "sentry-tenants-leader";
+
+pub struct LeaderElection {
+    api: Api<Lease>,
+    identity: String,
+    lease_duration: Duration,
+    clock: Clock,
+}
+
+impl LeaderElection {
+    pub fn new(api: Api<Lease>, identity: impl Into<String>, lease_duration: Duration, clock: Clock) -> Self {
+        Self { api, identity: identity.into(), lease_duration, clock }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// One round: take the Lease if it is free or expired, renew it if ours. Returns whether we lead.
+    pub async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        let now = self.clock.now();
+        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+            return self.create(now).await;
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let ours = holder == self.identity;
+        if !ours && !holder.is_empty() && !expired(spec, now) {
+            return Ok(false);
+        }
+        if !ours {
+            spec.holder_identity = Some(self.identity.clone());
+            spec.acquire_time = Some(MicroTime(now));
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.lease_duration_seconds = Some(self.lease_duration.as_secs() as i32);
+        spec.renew_time = Some(MicroTime(now));
+        // `replace` sends the resourceVersion we read: a concurrent writer makes this a 409, not a tie.
+        match self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&self, now: Timestamp) -> Result<bool, kube::Error> {
+        let lease = Lease {
+            metadata: ObjectMeta { name: Some(LEASE_NAME.into()), ..ObjectMeta::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(self.lease_duration.as_secs() as i32),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the Lease up on shutdown so the next replica need not wait for it to expire.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await.map(|_| ())
+    }
+
+    /// Renews every third of the lease duration and publishes leadership on `leader`. A replica that
+    /// cannot renew in time steps down before its Lease expires, so two leaders never overlap.
+    pub async fn run(self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
+        let period = self.lease_duration / 3;
+        let mut last_renewed: Option<std::time::Instant> = None;
+        loop {
+            let leading = match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    last_renewed = Some(std::time::Instant::now());
+                    true
+                }
+                Ok(false) => false,
+                Err(error) => {
+                    tracing::warn!(%error, "leader election round failed");
+                    // Keep leading only while the Lease we last renewed is still certainly ours.
+                    last_renewed.is_some_and(|t| t.elapsed() < self.lease_duration * 2 / 3)
+                }
+            };
+            leader.send_if_modified(|was| {
+                if *was != leading {
+                    tracing::info!(identity = %self.identity, leading, "leadership changed");
+                }
+                std::mem::replace(was, leading) != leading
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        leader.send_replace(false);
+        if let Err(error) = self.release().await {
+            tracing::warn!(%error, "could not release the leader Lease");
+        }
+    }
+}
+
+fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
+    let Some(renewed) = spec.renew_time.as_ref() else {
+        return true;
+    };
+    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+    renewed.0.checked_add(duration).is_ok_and(|deadline| deadline < now)
+}

@@ -1,0 +1,16 @@
+//! sentry-tenants: installs a multi-tenant operator into Kubernetes, runs its reconcilers and serves its
+//! dashboard — one binary. `main.rs` only calls [`cli::main`].
+
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod controller;
+pub mod crd;
+pub mod leader;
+pub mod names;
+pub mod operator;
+pub mod telemetry;
+pub mod web;
+
+/// Image the Jobs (and, later, the installed Deployment) run: the published image of this version.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/sentry-tenants/sentry-tenants:v", env!("CARGO_PKG_VERSION"));

@@ -1,0 +1,136 @@
+//! `sentry-tenants run`: the operator process. Caches, leader election, both controllers and the
+//! probe server, with a graceful shutdown on SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::config::OperatorConfig;
+use crate::controller::{Context, Stores, run_controllers};
+use crate::crd::Tenant;
+use crate::leader::LeaderElection;
+use crate::telemetry::Metrics;
+use crate::web::{ProbeState, probe_router};
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: OperatorConfig,
+    /// Address of `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, env = "SENTRY_TENANTS_PROBE_ADDR", default_value = "0.0.0.0:8081")]
+    pub probe_addr: SocketAddr,
+    /// Identity in the leader Lease (the pod name in a Deployment).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Lease duration; the leader renews every third of it.
+    #[arg(long, default_value = "15", value_name = "SECONDS")]
+    pub lease_seconds: u64,
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes configuration found (in-cluster service account or kubeconfig)")?;
+    ensure_crds_installed(&client, &args.config.namespace).await?;
+
+    let metrics = Arc::new(Metrics::default());
+    let (stores, writers) = Stores::shared();
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        args.config.clone(),
+        stores.clone(),
+        Arc::clone(&metrics),
+        Clock::System,
+        leader_rx.clone(),
+    ));
+
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let election = LeaderElection::new(
+        Api::<Lease>::namespaced(client.clone(), &args.config.namespace),
+        identity.clone(),
+        Duration::from_secs(args.lease_seconds.max(3)),
+        Clock::System,
+    );
+    let election = tokio::spawn(election.run(leader_tx, shutdown_rx.clone()));
+    tokio::spawn(track_leadership(leader_rx, Arc::clone(&metrics)));
+
+    let listener = tokio::net::TcpListener::bind(args.probe_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.probe_addr))?;
+    let probes = probe_router(ProbeState { stores: stores.clone(), metrics });
+    let probe_shutdown = wait_for(shutdown_rx.clone());
+    let probe_server = tokio::spawn(async move {
+        axum::serve(listener, probes).with_graceful_shutdown(probe_shutdown).await
+    });
+    tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
+
+    let controllers = tokio::spawn(run_controllers(ctx, writers, wait_for(shutdown_rx)));
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight reconciles");
+    shutdown_tx.send_replace(true);
+    let _ = controllers.await;
+    let _ = election.await;
+    let _ = probe_server.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// A missing CRD shows up as a 404 on the resource itself; listing one tenant needs no permission beyond
+/// what the operator already has (it holds no cluster-scoped read of CRDs).
+async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let tenants: Api<Tenant> = Api::namespaced(client.clone(), namespace);
+    match tenants.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            anyhow::bail!("the sentry.io CRDs are not installed in this cluster: run `sentry-tenants install` first")
+        }
+        Err(e) => Err(e).context("cannot reach the Kubernetes API"),
+    }
+}
+
+async fn track_leadership(mut leader: watch::Receiver<bool>, metrics: Arc<Metrics>) {
+    loop {
+        metrics.is_leader.set(i64::from(*leader.borrow_and_update()));
+        if leader.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A future that resolves when the shutdown flag is raised; cloneable for each component.
+fn wait_for(mut shutdown: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static {
+    let fut = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    futures::FutureExt::shared(Box::pin(fut))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sentry-tenants".into());
+    format!("{host}-{}", std::process::id())
+}

@@ -1,0 +1,150 @@
+//! Logs (tracing, text or JSON) and Prometheus metrics (prometheus-client).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tracing_subscriber::EnvFilter;
+
+use crate::controller::Stores;
+use crate::crd::{RunPhase, TenantPhase};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the global subscriber. `RUST_LOG` overrides the default level (info).
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub controller: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+impl PhaseLabel {
+    pub fn new(phase: &str) -> Self {
+        Self { phase: phase.to_owned() }
+    }
+}
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Family<ControllerLabel, Counter>,
+    pub reconcile_errors: Family<ErrorLabel, Counter>,
+    pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    pub tenants: Family<PhaseLabel, Gauge>,
+    pub runs: Family<PhaseLabel, Gauge>,
+    pub runs_finished: Family<PhaseLabel, Counter>,
+    pub jobs_created: Counter,
+    pub cleanups: Counter,
+    pub is_leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("sentry_tenants");
+        let reconciles = Family::<ControllerLabel, Counter>::default();
+        let reconcile_errors = Family::<ErrorLabel, Counter>::default();
+        let reconcile_duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 14))
+        });
+        let tenants = Family::<PhaseLabel, Gauge>::default();
+        let runs = Family::<PhaseLabel, Gauge>::default();
+        let runs_finished = Family::<PhaseLabel, Counter>::default();
+        let jobs_created = Counter::default();
+        let cleanups = Counter::default();
+        let is_leader = Gauge::default();
+        registry.register("reconciles", "Reconciles run, by controller", reconciles.clone());
+        registry.register("reconcile_errors", "Reconciles that failed, by controller and error kind", reconcile_errors.clone());
+        registry.register("reconcile_duration_seconds", "Time spent in one reconcile", reconcile_duration.clone());
+        registry.register("tenants", "Tenants by phase", tenants.clone());
+        registry.register("runs", "RunJobs by phase (Unknown: no status yet)", runs.clone());
+        registry.register("runs_finished", "Runs that reached a final phase", runs_finished.clone());
+        registry.register("jobs_created", "Jobs created for RunJobs", jobs_created.clone());
+        registry.register("runjob_cleanups", "Finished RunJobs deleted after their TTL", cleanups.clone());
+        registry.register("leader", "1 while this replica holds the leader Lease", is_leader.clone());
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            tenants,
+            runs,
+            runs_finished,
+            jobs_created,
+            cleanups,
+            is_leader,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a reconcile and records its duration when the returned guard drops.
+    pub fn reconcile_timer(self: &Arc<Self>, controller: &str) -> ReconcileTimer {
+        let label = ControllerLabel { controller: controller.to_owned() };
+        self.reconciles.get_or_create(&label).inc();
+        ReconcileTimer { metrics: Arc::clone(self), label, start: Instant::now() }
+    }
+
+    pub fn count_error(&self, controller: &str, kind: &str) {
+        let label = ErrorLabel { controller: controller.to_owned(), error: kind.to_owned() };
+        self.reconcile_errors.get_or_create(&label).inc();
+    }
+
+    /// Prometheus text, with the by-phase gauges computed from the caches at scrape time.
+    pub fn render(&self, stores: &Stores) -> String {
+        for phase in TenantPhase::ALL {
+            let n = stores.tenants.state().iter().filter(|t| t.phase() == Some(phase)).count();
+            self.tenants.get_or_create(&PhaseLabel::new(phase.as_str())).set(n as i64);
+        }
+        let runs = stores.runjobs.state();
+        for phase in RunPhase::ALL {
+            let n = runs.iter().filter(|r| r.phase() == Some(phase)).count();
+            self.runs.get_or_create(&PhaseLabel::new(phase.as_str())).set(n as i64);
+        }
+        let unknown = runs.iter().filter(|r| r.phase().is_none()).count();
+        self.runs.get_or_create(&PhaseLabel::new("Unknown")).set(unknown as i64);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}
+
+pub struct ReconcileTimer {
+    metrics: Arc<Metrics>,
+    label: ControllerLabel,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        let secs = self.start.elapsed().as_secs_f64();
+        self.metrics.reconcile_duration.get_or_create(&self.label).observe(secs);
+    }
+}

@@ -1,0 +1,42 @@
+//! HTTP: the probe port (`/healthz`, `/readyz`, `/metrics`). The dashboard joins later on its own port.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::controller::Stores;
+use crate::telemetry::Metrics;
+
+#[derive(Clone)]
+pub struct ProbeState {
+    pub stores: Stores,
+    pub metrics: Arc<Metrics>,
+}
+
+pub fn probe_router(state: ProbeState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// Ready once every cache has synced: before that the dashboard would show an empty cluster.
+async fn readyz(State(state): State<ProbeState>) -> impl IntoResponse {
+    if state.stores.is_ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
+    }
+}
+
+async fn metrics(State(state): State<ProbeState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        state.metrics.render(&state.stores),
+    )
+}
