@@ -1,0 +1,412 @@
+//! Test harness for sentry-tenants: an in-memory Kubernetes API (kube-fake-client) behind a recording
+//! layer, caches fed from it by hand (the fake has no watch), and helpers that play the parts of the
+//! cluster we do not run here (the Job controller, the garbage collector's finalizer handling).
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use sentry_tenants::clock::Clock;
+use sentry_tenants::config::OperatorConfig;
+use sentry_tenants::controller::{Context, Stores, runjob, tenant};
+use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantSpec};
+use sentry_tenants::telemetry::Metrics;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+pub const NS: &str = "sentry-tenants";
+
+/// One request the code under test sent.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: Method,
+    pub path: String,
+    pub query: String,
+    pub body: Value,
+    pub status: u16,
+}
+
+impl Recorded {
+    pub fn is_write(&self) -> bool {
+        self.method != Method::GET
+    }
+    pub fn is_event(&self) -> bool {
+        self.path.contains("/events")
+    }
+    /// The resource path segment, e.g. "jobs", "runjobs", "tenants".
+    pub fn resource(&self) -> &str {
+        let parts: Vec<&str> = self.path.split('/').collect();
+        match parts.iter().position(|p| *p == "namespaces") {
+            Some(i) => parts.get(i + 2).copied().unwrap_or_default(),
+            None => parts.last().copied().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct RequestLog(Arc<Mutex<Vec<Recorded>>>);
+
+impl RequestLog {
+    pub fn all(&self) -> Vec<Recorded> {
+        self.0.lock().unwrap().clone()
+    }
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+    /// Writes other than Events (which are advisory and deduplicated by the recorder).
+    pub fn writes(&self) -> Vec<Recorded> {
+        self.all().into_iter().filter(|r| r.is_write() && !r.is_event()).collect()
+    }
+    pub fn events(&self) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|r| r.is_event() && r.method == Method::POST)
+            .map(|r| r.body)
+            .collect()
+    }
+    pub fn creates_of(&self, resource: &str) -> usize {
+        self.all()
+            .iter()
+            .filter(|r| r.method == Method::POST && r.resource() == resource && r.status < 300)
+            .count()
+    }
+}
+
+/// Objects a DELETE found holding finalizers: path → deletionTimestamp. The fake only accepts a
+/// deletionTimestamp on objects it is built with, so the harness keeps it here and shows it in every
+/// response, the way the apiserver would, until the last finalizer goes.
+#[derive(Clone, Default)]
+pub struct Deleting(Arc<Mutex<std::collections::HashMap<String, String>>>);
+
+impl Deleting {
+    fn get(&self, path: &str) -> Option<String> {
+        self.0.lock().unwrap().get(path).cloned()
+    }
+    fn mark(&self, path: &str, stamp: String) {
+        self.0.lock().unwrap().entry(path.to_owned()).or_insert(stamp);
+    }
+    fn unmark(&self, path: &str) {
+        self.0.lock().unwrap().remove(path);
+    }
+    /// Adds the deletionTimestamp to `obj` (found under `collection`) when it is being deleted.
+    fn decorate(&self, collection: &str, obj: &mut Value) {
+        let Some(name) = obj["metadata"]["name"].as_str() else { return };
+        if let Some(stamp) = self.get(&format!("{collection}/{name}")) {
+            obj["metadata"]["deletionTimestamp"] = json!(stamp);
+        }
+    }
+}
+
+/// Wraps `inner` so every request is recorded, and gives DELETE the apiserver's finalizer semantics the
+/// fake lacks (see [`Deleting`]).
+pub fn recording_client(inner: Client, log: RequestLog, deleting: Deleting) -> Client {
+    let service = tower::service_fn(move |req: Request<Body>| {
+        let inner = inner.clone();
+        let log = log.clone();
+        let deleting = deleting.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes: Bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let method = parts.method.clone();
+            let path = parts.uri.path().to_owned();
+            let query = parts.uri.query().unwrap_or_default().to_owned();
+            let object_path = path.trim_end_matches("/status").to_owned();
+            let request = Request::from_parts(parts, Body::from(bytes.to_vec()));
+            let (status, body) = if method == Method::DELETE {
+                delete_honouring_finalizers(&inner, &object_path, request, &deleting).await?
+            } else {
+                let (status, mut body) = send_json(&inner, request).await?;
+                if method == Method::PATCH && deleting.get(&object_path).is_some() {
+                    finish_deletion_if_unblocked(&inner, &object_path, &deleting).await?;
+                }
+                decorate_response(&object_path, &mut body, &deleting);
+                (status, body)
+            };
+            log.0.lock().unwrap().push(Recorded { method, path, query, body: json_body, status });
+            Ok::<_, kube::Error>(respond(status, &body))
+        }
+    });
+    Client::new(service, NS)
+}
+
+fn decorate_response(object_path: &str, body: &mut Value, deleting: &Deleting) {
+    if let Some(items) = body["items"].as_array_mut() {
+        for item in items {
+            deleting.decorate(object_path, item);
+        }
+    } else if let Some((collection, _)) = object_path.rsplit_once('/') {
+        deleting.decorate(collection, body);
+    }
+}
+
+async fn send_json(client: &Client, req: Request<Body>) -> Result<(u16, Value), kube::Error> {
+    let resp = client.send(req).await?;
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+}
+
+async fn raw(client: &Client, method: Method, path: &str) -> Result<(u16, Value), kube::Error> {
+    send_json(client, Request::builder().method(method).uri(path).body(Body::empty()).unwrap()).await
+}
+
+fn respond(status: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(body).unwrap()))
+        .unwrap()
+}
+
+async fn delete_honouring_finalizers(
+    inner: &Client,
+    path: &str,
+    req: Request<Body>,
+    deleting: &Deleting,
+) -> Result<(u16, Value), kube::Error> {
+    let (status, mut current) = raw(inner, Method::GET, path).await?;
+    let has_finalizers = current["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    if status != 200 || !has_finalizers {
+        deleting.unmark(path);
+        return send_json(inner, req).await;
+    }
+    deleting.mark(path, Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    decorate_response(path, &mut current, deleting);
+    Ok((200, current))
+}
+
+async fn finish_deletion_if_unblocked(inner: &Client, path: &str, deleting: &Deleting) -> Result<(), kube::Error> {
+    let (status, current) = raw(inner, Method::GET, path).await?;
+    let unblocked = current["metadata"]["finalizers"].as_array().is_none_or(|f| f.is_empty());
+    if status == 200 && unblocked {
+        deleting.unmark(path);
+        raw(inner, Method::DELETE, path).await?;
+    }
+    Ok(())
+}
+
+/// The in-memory cluster, the operator's context on it, and the caches' write side.
+pub struct Cluster {
+    /// Client the operator uses: recorded.
+    pub client: Client,
+    /// Client the test uses to arrange the world: not recorded.
+    pub admin: Client,
+    pub log: RequestLog,
+    pub ctx: Arc<Context>,
+    pub clock: Clock,
+    writers: Mutex<Writers>,
+    _leader: watch::Sender<bool>,
+}
+
+struct Writers {
+    tenants: Writer<Tenant>,
+    runjobs: Writer<RunJob>,
+    jobs: Writer<Job>,
+}
+
+pub fn start_time() -> Timestamp {
+    "2026-11-30T12:00:00Z".parse().unwrap()
+}
+
+impl Cluster {
+    pub async fn new() -> Self {
+        let fake = kube_fake_client::ClientBuilder::new()
+            .with_resource::<Tenant>()
+            .with_resource::<RunJob>()
+            .with_status_subresource::<Tenant>()
+            .with_status_subresource::<RunJob>()
+            .with_status_subresource::<Job>()
+            .build()
+            .await
+            .expect("fake client");
+        let log = RequestLog::default();
+        let deleting = Deleting::default();
+        let client = recording_client(fake.clone(), log.clone(), deleting.clone());
+        let admin = recording_client(fake, RequestLog::default(), deleting);
+        let (stores, writers) = Stores::shared();
+        let (leader_tx, leader_rx) = watch::channel(true);
+        let clock = Clock::manual(start_time());
+        let ctx = Arc::new(Context::new(
+            client.clone(),
+            OperatorConfig::for_namespace(NS),
+            stores,
+            Arc::new(Metrics::default()),
+            clock.clone(),
+            leader_rx,
+        ));
+        let writers = Writers { tenants: writers.tenants, runjobs: writers.runjobs, jobs: writers.jobs };
+        Self { client, admin, log, ctx, clock, writers: Mutex::new(writers), _leader: leader_tx }
+    }
+
+    pub fn tenants(&self) -> Api<Tenant> {
+        Api::namespaced(self.admin.clone(), NS)
+    }
+    pub fn runjobs(&self) -> Api<RunJob> {
+        Api::namespaced(self.admin.clone(), NS)
+    }
+    pub fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.admin.clone(), NS)
+    }
+
+    pub async fn create_tenant(&self, name: &str) -> Tenant {
+        let t = Tenant {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(NS.into()), ..ObjectMeta::default() },
+            spec: TenantSpec::default(),
+            status: None,
+        };
+        self.tenants().create(&Default::default(), &t).await.expect("create tenant")
+    }
+
+    /// A RunJob as our own creators make it (owned by the tenant, finalizer set).
+    pub async fn create_run(&self, tenant: &str, action: RunAction, name: &str) -> RunJob {
+        let t = self.tenants().get(tenant).await.expect("tenant exists");
+        let run = tenant::new_run_job(&t, name, action);
+        self.runjobs().create(&Default::default(), &run).await.expect("create run")
+    }
+
+    /// What the provisioner reports after a successful Provision run.
+    pub async fn report_provisioned(&self, tenant: &str) {
+        let patch = json!({"status": {"clickHouseDatabaseName": format!("tenant_{}", tenant.replace('-', "_")),
+                                      "clickHouseSecretRef": {"name": format!("{tenant}-clickhouse")}}});
+        self.tenants().patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    pub async fn report_access_locked(&self, tenant: &str, locked: bool) {
+        let patch = json!({"status": {"accessLocked": locked}});
+        self.tenants().patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    /// Flips spec.suspended, bumping generation as the apiserver does on a spec change.
+    pub async fn set_suspended(&self, tenant: &str, suspended: bool) {
+        let t = self.tenants().get(tenant).await.unwrap();
+        let generation = t.metadata.generation.unwrap_or(1) + 1;
+        let patch = json!({"metadata": {"generation": generation}, "spec": {"suspended": suspended}});
+        self.tenants().patch(tenant, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    /// Plays the Job controller: marks the Job running, succeeded or failed.
+    pub async fn job_running(&self, name: &str) {
+        let now = self.now_str();
+        self.patch_job_status(name, json!({"startTime": now, "active": 1})).await;
+    }
+    pub async fn job_succeeded(&self, name: &str) {
+        let now = self.now_str();
+        self.patch_job_status(name, json!({"active": 0, "succeeded": 1, "completionTime": now,
+            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now}]}))
+            .await;
+    }
+    pub async fn job_failed(&self, name: &str, reason: &str, message: &str) {
+        let now = self.now_str();
+        self.patch_job_status(name, json!({"active": 0, "failed": 3,
+            "conditions": [{"type": "Failed", "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}]}))
+            .await;
+    }
+    async fn patch_job_status(&self, name: &str, status: Value) {
+        let mut current = self.jobs().get(name).await.expect("job exists");
+        let mut merged = serde_json::to_value(current.status.take().unwrap_or_default()).unwrap();
+        json_patch::merge(&mut merged, &status);
+        let patch = json!({ "status": merged });
+        self.jobs().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    }
+
+    pub fn now_str(&self) -> String {
+        self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    /// Refills the caches from the API, as the watches would.
+    pub async fn sync_stores(&self) {
+        let tenants = self.tenants().list(&ListParams::default()).await.unwrap().items;
+        let runs = self.runjobs().list(&ListParams::default()).await.unwrap().items;
+        let jobs = self.jobs().list(&ListParams::default()).await.unwrap().items;
+        let mut w = self.writers.lock().unwrap();
+        refill(&mut w.tenants, tenants);
+        refill(&mut w.runjobs, runs);
+        refill(&mut w.jobs, jobs);
+    }
+
+    /// Empties the caches: an operator that just restarted and has not listed anything yet.
+    pub fn clear_stores(&self) {
+        let mut w = self.writers.lock().unwrap();
+        refill(&mut w.tenants, Vec::new());
+        refill(&mut w.runjobs, Vec::new());
+        refill(&mut w.jobs, Vec::new());
+    }
+
+    pub async fn reconcile_tenant(&self, name: &str) -> Action {
+        self.sync_stores().await;
+        let t = self.tenants().get(name).await.expect("tenant exists");
+        tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx)).await.expect("tenant reconcile")
+    }
+
+    pub async fn reconcile_run(&self, name: &str) -> Action {
+        self.sync_stores().await;
+        let r = self.runjobs().get(name).await.expect("runjob exists");
+        runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx)).await.expect("runjob reconcile")
+    }
+
+    /// Reconciles every object until a full round writes nothing (the fixpoint). Returns the rounds.
+    pub async fn settle(&self) -> usize {
+        for round in 1..=20 {
+            let before = self.log.writes().len();
+            self.sync_stores().await;
+            for r in self.runjobs().list(&ListParams::default()).await.unwrap().items {
+                self.reconcile_run(&r.name_any()).await;
+            }
+            for t in self.tenants().list(&ListParams::default()).await.unwrap().items {
+                self.reconcile_tenant(&t.name_any()).await;
+            }
+            if self.log.writes().len() == before {
+                return round;
+            }
+        }
+        panic!("no fixpoint after 20 rounds: writes keep happening");
+    }
+
+    pub async fn tenant(&self, name: &str) -> Tenant {
+        self.tenants().get(name).await.unwrap()
+    }
+    pub async fn run(&self, name: &str) -> Option<RunJob> {
+        self.runjobs().get_opt(name).await.unwrap()
+    }
+    pub async fn job(&self, name: &str) -> Option<Job> {
+        self.jobs().get_opt(name).await.unwrap()
+    }
+}
+
+fn refill<K>(writer: &mut Writer<K>, objects: Vec<K>)
+where
+    K: Clone + kube::runtime::reflector::Lookup,
+    <K as kube::runtime::reflector::Lookup>::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for obj in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(obj));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+/// Seconds of a requeue, for asserting "requeued for exactly that moment".
+pub fn requeue_secs(action: &Action) -> Option<f64> {
+    // Action has no public accessor; its Debug form is stable: `Action { requeue_after: Some(5s) }`.
+    let dbg = format!("{action:?}");
+    let inner = dbg.split("Some(").nth(1)?.split(')').next()?;
+    let (num, unit) = inner.split_at(inner.find(|c: char| c.is_alphabetic())?);
+    let n: f64 = num.parse().ok()?;
+    Some(match unit {
+        "s" => n,
+        "ms" => n / 1000.0,
+        "µs" => n / 1e6,
+        "ns" => n / 1e9,
+        _ => return None,
+    })
+}

@@ -16,6 +16,7 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     status = "RunJobStatus",
     shortname = "rj",
     derive = "PartialEq",
+    derive = "Default",
     doc = "One run of Provision, Suspend or Resume for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
@@ -60,6 +61,13 @@ fn default_backoff_limit() -> i32 {
 }
 fn default_active_deadline() -> i64 {
     DEFAULT_ACTIVE_DEADLINE_SECONDS
+}
+
+/// Only for tooling that needs a value of the type (e.g. registering the kind); a real RunJob always names its tenant.
+impl Default for RunJobSpec {
+    fn default() -> Self {
+        Self::new("", RunAction::Provision)
+    }
 }
 
 impl RunJobSpec {

@@ -16,6 +16,7 @@ use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
     status = "TenantStatus",
     shortname = "tn",
     derive = "PartialEq",
+    derive = "Default",
     doc = "A tenant of the platform: its ClickHouse database, user and credentials, provisioned by a RunJob.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
