@@ -5,10 +5,20 @@ use clap::{Parser, Subcommand};
 use crate::telemetry::{LogFormat, init_logging};
 
 #[derive(Parser, Debug)]
-#[command(name = "sentry-tenants", version, about = "Multi-tenant operator for ClickHouse-backed tenants: install, run, provision, dashboard")]
+#[command(
+    name = "sentry-tenants",
+    version,
+    about = "Multi-tenant operator for ClickHouse-backed tenants: install, run, provision, dashboard"
+)]
 pub struct Cli {
     /// Log format on stderr.
-    #[arg(long, global = true, value_enum, default_value = "text", env = "SENTRY_TENANTS_LOG_FORMAT")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "SENTRY_TENANTS_LOG_FORMAT"
+    )]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
@@ -17,7 +27,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the operator: Tenant and RunJob controllers, leader election, probes (what the Deployment runs).
-    Run(crate::operator::RunArgs),
+    Run(Box<crate::operator::RunArgs>),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
 }
@@ -30,7 +40,7 @@ pub fn main() -> std::process::ExitCode {
             print!("{}", crate::crd::crds_yaml());
             Ok(())
         }
-        Command::Run(args) => runtime().block_on(crate::operator::run(args)),
+        Command::Run(args) => runtime().block_on(crate::operator::run(*args)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -7,22 +7,42 @@ use clap::Args;
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 pub struct OperatorConfig {
     /// Namespace the operator watches (its own; RBAC is namespaced).
-    #[arg(long, env = "SENTRY_TENANTS_NAMESPACE", default_value = "sentry-tenants")]
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_NAMESPACE",
+        default_value = "sentry-tenants"
+    )]
     pub namespace: String,
     /// Image of the provisioning Jobs: the operator's own image, which carries `provision-tenant`.
     #[arg(long, env = "SENTRY_TENANTS_IMAGE", default_value = crate::DEFAULT_IMAGE)]
     pub image: String,
     /// ServiceAccount the provisioning pods run as.
-    #[arg(long, env = "SENTRY_TENANTS_PROVISIONER_SERVICE_ACCOUNT", default_value = "sentry-tenants-provisioner")]
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_PROVISIONER_SERVICE_ACCOUNT",
+        default_value = "sentry-tenants-provisioner"
+    )]
     pub provisioner_service_account: String,
     /// ClickHouse HTTP endpoint the provisioner talks to.
-    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_URL", default_value = "http://clickhouse:8123")]
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_CLICKHOUSE_URL",
+        default_value = "http://clickhouse:8123"
+    )]
     pub clickhouse_url: String,
     /// Secret (keys `username`, `password`) with the ClickHouse admin credentials, read only by the Job's pod.
-    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_ADMIN_SECRET", default_value = "clickhouse-admin")]
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_CLICKHOUSE_ADMIN_SECRET",
+        default_value = "clickhouse-admin"
+    )]
     pub clickhouse_admin_secret: String,
     /// Root under which each tenant's Tantivy index path is derived.
-    #[arg(long, env = "SENTRY_TENANTS_TANTIVY_ROOT", default_value = "/var/lib/sentry/tantivy")]
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_TANTIVY_ROOT",
+        default_value = "/var/lib/sentry/tantivy"
+    )]
     pub tantivy_root: String,
 }
 

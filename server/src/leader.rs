@@ -22,8 +22,18 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    pub fn new(api: Api<Lease>, identity: impl Into<String>, lease_duration: Duration, clock: Clock) -> Self {
-        Self { api, identity: identity.into(), lease_duration, clock }
+    pub fn new(
+        api: Api<Lease>,
+        identity: impl Into<String>,
+        lease_duration: Duration,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            api,
+            identity: identity.into(),
+            lease_duration,
+            clock,
+        }
     }
 
     pub fn identity(&self) -> &str {
@@ -50,7 +60,11 @@ impl LeaderElection {
         spec.lease_duration_seconds = Some(self.lease_duration.as_secs() as i32);
         spec.renew_time = Some(MicroTime(now));
         // `replace` sends the resourceVersion we read: a concurrent writer makes this a 409, not a tie.
-        match self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),
@@ -59,7 +73,10 @@ impl LeaderElection {
 
     async fn create(&self, now: Timestamp) -> Result<bool, kube::Error> {
         let lease = Lease {
-            metadata: ObjectMeta { name: Some(LEASE_NAME.into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(LEASE_NAME.into()),
+                ..ObjectMeta::default()
+            },
             spec: Some(LeaseSpec {
                 holder_identity: Some(self.identity.clone()),
                 lease_duration_seconds: Some(self.lease_duration.as_secs() as i32),
@@ -87,7 +104,10 @@ impl LeaderElection {
         }
         spec.holder_identity = None;
         spec.renew_time = None;
-        self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await.map(|_| ())
+        self.api
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await
+            .map(|_| ())
     }
 
     /// Renews every third of the lease duration and publishes leadership on `leader`. A replica that
@@ -131,5 +151,8 @@ fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
         return true;
     };
     let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-    renewed.0.checked_add(duration).is_ok_and(|deadline| deadline < now)
+    renewed
+        .0
+        .checked_add(duration)
+        .is_ok_and(|deadline| deadline < now)
 }

@@ -13,4 +13,7 @@ pub mod telemetry;
 pub mod web;
 
 /// Image the Jobs (and, later, the installed Deployment) run: the published image of this version.
-pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/sentry-tenants/sentry-tenants:v", env!("CARGO_PKG_VERSION"));
+pub const DEFAULT_IMAGE: &str = concat!(
+    "ghcr.io/sentry-tenants/sentry-tenants:v",
+    env!("CARGO_PKG_VERSION")
+);

@@ -91,14 +91,19 @@ pub fn validate_tenant_name(name: &str) -> Result<(), NameError> {
         return Err(NameError::Empty);
     }
     if name.len() > MAX_TENANT_NAME {
-        return Err(NameError::TooLong { name: name.to_owned(), len: name.len() });
+        return Err(NameError::TooLong {
+            name: name.to_owned(),
+            len: name.len(),
+        });
     }
     let bytes = name.as_bytes();
     let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
     let first_ok = bytes[0].is_ascii_lowercase();
     let last_ok = bytes[bytes.len() - 1] != b'-';
     if !(first_ok && last_ok && bytes.iter().all(allowed)) {
-        return Err(NameError::Invalid { name: name.to_owned() });
+        return Err(NameError::Invalid {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
@@ -120,18 +125,30 @@ mod tests {
 
     #[test]
     fn accepts_dns_labels_that_start_with_a_letter() {
-        for ok in ["a", "acme", "acme-corp", "a1", "x-9-y", &"a".repeat(MAX_TENANT_NAME)] {
+        for ok in [
+            "a",
+            "acme",
+            "acme-corp",
+            "a1",
+            "x-9-y",
+            &"a".repeat(MAX_TENANT_NAME),
+        ] {
             assert_eq!(validate_tenant_name(ok), Ok(()), "{ok}");
         }
     }
 
     #[test]
     fn rejects_names_that_would_break_a_derived_name() {
-        for bad in ["", "1acme", "-acme", "acme-", "Acme", "ac_me", "ac.me", "acmé", "a b", "a;drop"] {
+        for bad in [
+            "", "1acme", "-acme", "acme-", "Acme", "ac_me", "ac.me", "acmé", "a b", "a;drop",
+        ] {
             assert!(validate_tenant_name(bad).is_err(), "{bad:?} accepted");
         }
         let long = "a".repeat(MAX_TENANT_NAME + 1);
-        assert!(matches!(validate_tenant_name(&long), Err(NameError::TooLong { len: 41, .. })));
+        assert!(matches!(
+            validate_tenant_name(&long),
+            Err(NameError::TooLong { len: 41, .. })
+        ));
     }
 
     #[test]
@@ -158,10 +175,15 @@ mod tests {
     #[test]
     fn display_names_reject_control_characters_and_overlength() {
         assert_eq!(validate_display_name("Acme Corp — <b>EU</b>"), Ok(()));
-        assert_eq!(validate_display_name("line\nbreak"), Err(NameError::DisplayNameControl));
+        assert_eq!(
+            validate_display_name("line\nbreak"),
+            Err(NameError::DisplayNameControl)
+        );
         assert_eq!(
             validate_display_name(&"é".repeat(MAX_DISPLAY_NAME + 1)),
-            Err(NameError::DisplayNameTooLong { len: MAX_DISPLAY_NAME + 1 })
+            Err(NameError::DisplayNameTooLong {
+                len: MAX_DISPLAY_NAME + 1
+            })
         );
         assert_eq!(validate_display_name(&"é".repeat(MAX_DISPLAY_NAME)), Ok(()));
     }

@@ -25,7 +25,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub config: OperatorConfig,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
-    #[arg(long, env = "SENTRY_TENANTS_PROBE_ADDR", default_value = "0.0.0.0:8081")]
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_PROBE_ADDR",
+        default_value = "0.0.0.0:8081"
+    )]
     pub probe_addr: SocketAddr,
     /// Identity in the leader Lease (the pod name in a Deployment).
     #[arg(long, env = "POD_NAME")]
@@ -67,10 +71,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.probe_addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.probe_addr))?;
-    let probes = probe_router(ProbeState { stores: stores.clone(), metrics });
+    let probes = probe_router(ProbeState {
+        stores: stores.clone(),
+        metrics,
+    });
     let probe_shutdown = wait_for(shutdown_rx.clone());
     let probe_server = tokio::spawn(async move {
-        axum::serve(listener, probes).with_graceful_shutdown(probe_shutdown).await
+        axum::serve(listener, probes)
+            .with_graceful_shutdown(probe_shutdown)
+            .await
     });
     tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
 
@@ -92,7 +101,9 @@ async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Resu
     match tenants.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            anyhow::bail!("the sentry.io CRDs are not installed in this cluster: run `sentry-tenants install` first")
+            anyhow::bail!(
+                "the sentry.io CRDs are not installed in this cluster: run `sentry-tenants install` first"
+            )
         }
         Err(e) => Err(e).context("cannot reach the Kubernetes API"),
     }
@@ -100,7 +111,9 @@ async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Resu
 
 async fn track_leadership(mut leader: watch::Receiver<bool>, metrics: Arc<Metrics>) {
     loop {
-        metrics.is_leader.set(i64::from(*leader.borrow_and_update()));
+        metrics
+            .is_leader
+            .set(i64::from(*leader.borrow_and_update()));
         if leader.changed().await.is_err() {
             return;
         }
@@ -108,7 +121,9 @@ async fn track_leadership(mut leader: watch::Receiver<bool>, metrics: Arc<Metric
 }
 
 /// A future that resolves when the shutdown flag is raised; cloneable for each component.
-fn wait_for(mut shutdown: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static {
+fn wait_for(
+    mut shutdown: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static {
     let fut = async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
     };

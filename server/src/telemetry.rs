@@ -22,8 +22,11 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. `RUST_LOG` overrides the default level (info).
 pub fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
@@ -48,7 +51,9 @@ pub struct PhaseLabel {
 
 impl PhaseLabel {
     pub fn new(phase: &str) -> Self {
-        Self { phase: phase.to_owned() }
+        Self {
+            phase: phase.to_owned(),
+        }
     }
 }
 
@@ -80,15 +85,47 @@ impl Default for Metrics {
         let jobs_created = Counter::default();
         let cleanups = Counter::default();
         let is_leader = Gauge::default();
-        registry.register("reconciles", "Reconciles run, by controller", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed, by controller and error kind", reconcile_errors.clone());
-        registry.register("reconcile_duration_seconds", "Time spent in one reconcile", reconcile_duration.clone());
+        registry.register(
+            "reconciles",
+            "Reconciles run, by controller",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by controller and error kind",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            reconcile_duration.clone(),
+        );
         registry.register("tenants", "Tenants by phase", tenants.clone());
-        registry.register("runs", "RunJobs by phase (Unknown: no status yet)", runs.clone());
-        registry.register("runs_finished", "Runs that reached a final phase", runs_finished.clone());
-        registry.register("jobs_created", "Jobs created for RunJobs", jobs_created.clone());
-        registry.register("runjob_cleanups", "Finished RunJobs deleted after their TTL", cleanups.clone());
-        registry.register("leader", "1 while this replica holds the leader Lease", is_leader.clone());
+        registry.register(
+            "runs",
+            "RunJobs by phase (Unknown: no status yet)",
+            runs.clone(),
+        );
+        registry.register(
+            "runs_finished",
+            "Runs that reached a final phase",
+            runs_finished.clone(),
+        );
+        registry.register(
+            "jobs_created",
+            "Jobs created for RunJobs",
+            jobs_created.clone(),
+        );
+        registry.register(
+            "runjob_cleanups",
+            "Finished RunJobs deleted after their TTL",
+            cleanups.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            is_leader.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -107,31 +144,52 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts a reconcile and records its duration when the returned guard drops.
     pub fn reconcile_timer(self: &Arc<Self>, controller: &str) -> ReconcileTimer {
-        let label = ControllerLabel { controller: controller.to_owned() };
+        let label = ControllerLabel {
+            controller: controller.to_owned(),
+        };
         self.reconciles.get_or_create(&label).inc();
-        ReconcileTimer { metrics: Arc::clone(self), label, start: Instant::now() }
+        ReconcileTimer {
+            metrics: Arc::clone(self),
+            label,
+            start: Instant::now(),
+        }
     }
 
     pub fn count_error(&self, controller: &str, kind: &str) {
-        let label = ErrorLabel { controller: controller.to_owned(), error: kind.to_owned() };
+        let label = ErrorLabel {
+            controller: controller.to_owned(),
+            error: kind.to_owned(),
+        };
         self.reconcile_errors.get_or_create(&label).inc();
     }
 
     /// Prometheus text, with the by-phase gauges computed from the caches at scrape time.
     pub fn render(&self, stores: &Stores) -> String {
         for phase in TenantPhase::ALL {
-            let n = stores.tenants.state().iter().filter(|t| t.phase() == Some(phase)).count();
-            self.tenants.get_or_create(&PhaseLabel::new(phase.as_str())).set(n as i64);
+            let n = stores
+                .tenants
+                .state()
+                .iter()
+                .filter(|t| t.phase() == Some(phase))
+                .count();
+            self.tenants
+                .get_or_create(&PhaseLabel::new(phase.as_str()))
+                .set(n as i64);
         }
         let runs = stores.runjobs.state();
         for phase in RunPhase::ALL {
             let n = runs.iter().filter(|r| r.phase() == Some(phase)).count();
-            self.runs.get_or_create(&PhaseLabel::new(phase.as_str())).set(n as i64);
+            self.runs
+                .get_or_create(&PhaseLabel::new(phase.as_str()))
+                .set(n as i64);
         }
         let unknown = runs.iter().filter(|r| r.phase().is_none()).count();
-        self.runs.get_or_create(&PhaseLabel::new("Unknown")).set(unknown as i64);
+        self.runs
+            .get_or_create(&PhaseLabel::new("Unknown"))
+            .set(unknown as i64);
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
         out
     }
 }
@@ -145,6 +203,9 @@ pub struct ReconcileTimer {
 impl Drop for ReconcileTimer {
     fn drop(&mut self) {
         let secs = self.start.elapsed().as_secs_f64();
-        self.metrics.reconcile_duration.get_or_create(&self.label).observe(secs);
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&self.label)
+            .observe(secs);
     }
 }

@@ -64,7 +64,10 @@ impl RequestLog {
     }
     /// Writes other than Events (which are advisory and deduplicated by the recorder).
     pub fn writes(&self) -> Vec<Recorded> {
-        self.all().into_iter().filter(|r| r.is_write() && !r.is_event()).collect()
+        self.all()
+            .into_iter()
+            .filter(|r| r.is_write() && !r.is_event())
+            .collect()
     }
     pub fn events(&self) -> Vec<Value> {
         self.all()
@@ -92,14 +95,20 @@ impl Deleting {
         self.0.lock().unwrap().get(path).cloned()
     }
     fn mark(&self, path: &str, stamp: String) {
-        self.0.lock().unwrap().entry(path.to_owned()).or_insert(stamp);
+        self.0
+            .lock()
+            .unwrap()
+            .entry(path.to_owned())
+            .or_insert(stamp);
     }
     fn unmark(&self, path: &str) {
         self.0.lock().unwrap().remove(path);
     }
     /// Adds the deletionTimestamp to `obj` (found under `collection`) when it is being deleted.
     fn decorate(&self, collection: &str, obj: &mut Value) {
-        let Some(name) = obj["metadata"]["name"].as_str() else { return };
+        let Some(name) = obj["metadata"]["name"].as_str() else {
+            return;
+        };
         if let Some(stamp) = self.get(&format!("{collection}/{name}")) {
             obj["metadata"]["deletionTimestamp"] = json!(stamp);
         }
@@ -115,7 +124,11 @@ pub fn recording_client(inner: Client, log: RequestLog, deleting: Deleting) -> C
         let deleting = deleting.clone();
         async move {
             let (parts, body) = req.into_parts();
-            let bytes: Bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let bytes: Bytes = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
             let json_body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let method = parts.method.clone();
             let path = parts.uri.path().to_owned();
@@ -132,7 +145,13 @@ pub fn recording_client(inner: Client, log: RequestLog, deleting: Deleting) -> C
                 decorate_response(&object_path, &mut body, &deleting);
                 (status, body)
             };
-            log.0.lock().unwrap().push(Recorded { method, path, query, body: json_body, status });
+            log.0.lock().unwrap().push(Recorded {
+                method,
+                path,
+                query,
+                body: json_body,
+                status,
+            });
             Ok::<_, kube::Error>(respond(status, &body))
         }
     });
@@ -152,12 +171,28 @@ fn decorate_response(object_path: &str, body: &mut Value, deleting: &Deleting) {
 async fn send_json(client: &Client, req: Request<Body>) -> Result<(u16, Value), kube::Error> {
     let resp = client.send(req).await?;
     let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    Ok((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
 }
 
 async fn raw(client: &Client, method: Method, path: &str) -> Result<(u16, Value), kube::Error> {
-    send_json(client, Request::builder().method(method).uri(path).body(Body::empty()).unwrap()).await
+    send_json(
+        client,
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
 }
 
 fn respond(status: u16, body: &Value) -> Response<Body> {
@@ -175,19 +210,30 @@ async fn delete_honouring_finalizers(
     deleting: &Deleting,
 ) -> Result<(u16, Value), kube::Error> {
     let (status, mut current) = raw(inner, Method::GET, path).await?;
-    let has_finalizers = current["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    let has_finalizers = current["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty());
     if status != 200 || !has_finalizers {
         deleting.unmark(path);
         return send_json(inner, req).await;
     }
-    deleting.mark(path, Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    deleting.mark(
+        path,
+        Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    );
     decorate_response(path, &mut current, deleting);
     Ok((200, current))
 }
 
-async fn finish_deletion_if_unblocked(inner: &Client, path: &str, deleting: &Deleting) -> Result<(), kube::Error> {
+async fn finish_deletion_if_unblocked(
+    inner: &Client,
+    path: &str,
+    deleting: &Deleting,
+) -> Result<(), kube::Error> {
     let (status, current) = raw(inner, Method::GET, path).await?;
-    let unblocked = current["metadata"]["finalizers"].as_array().is_none_or(|f| f.is_empty());
+    let unblocked = current["metadata"]["finalizers"]
+        .as_array()
+        .is_none_or(|f| f.is_empty());
     if status == 200 && unblocked {
         deleting.unmark(path);
         raw(inner, Method::DELETE, path).await?;
@@ -244,8 +290,20 @@ impl Cluster {
             clock.clone(),
             leader_rx,
         ));
-        let writers = Writers { tenants: writers.tenants, runjobs: writers.runjobs, jobs: writers.jobs };
-        Self { client, admin, log, ctx, clock, writers: Mutex::new(writers), leader: leader_tx }
+        let writers = Writers {
+            tenants: writers.tenants,
+            runjobs: writers.runjobs,
+            jobs: writers.jobs,
+        };
+        Self {
+            client,
+            admin,
+            log,
+            ctx,
+            clock,
+            writers: Mutex::new(writers),
+            leader: leader_tx,
+        }
     }
 
     /// Whether this operator holds the leader Lease (tests start as leader).
@@ -265,48 +323,71 @@ impl Cluster {
 
     pub async fn create_tenant(&self, name: &str) -> Tenant {
         let t = Tenant {
-            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(NS.into()), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                ..ObjectMeta::default()
+            },
             spec: TenantSpec::default(),
             status: None,
         };
-        self.tenants().create(&Default::default(), &t).await.expect("create tenant")
+        self.tenants()
+            .create(&Default::default(), &t)
+            .await
+            .expect("create tenant")
     }
 
     /// A RunJob as our own creators make it (owned by the tenant, finalizer set).
     pub async fn create_run(&self, tenant: &str, action: RunAction, name: &str) -> RunJob {
         let t = self.tenants().get(tenant).await.expect("tenant exists");
         let run = tenant::new_run_job(&t, name, action);
-        self.runjobs().create(&Default::default(), &run).await.expect("create run")
+        self.runjobs()
+            .create(&Default::default(), &run)
+            .await
+            .expect("create run")
     }
 
     /// What the provisioner reports after a successful Provision run.
     pub async fn report_provisioned(&self, tenant: &str) {
         let patch = json!({"status": {"clickHouseDatabaseName": format!("tenant_{}", tenant.replace('-', "_")),
                                       "clickHouseSecretRef": {"name": format!("{tenant}-clickhouse")}}});
-        self.tenants().patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        self.tenants()
+            .patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
     }
 
     pub async fn report_access_locked(&self, tenant: &str, locked: bool) {
         let patch = json!({"status": {"accessLocked": locked}});
-        self.tenants().patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        self.tenants()
+            .patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
     }
 
     /// Flips spec.suspended (the fake bumps generation on spec changes, as the apiserver does).
     pub async fn set_suspended(&self, tenant: &str, suspended: bool) {
         let patch = json!({"spec": {"suspended": suspended}});
-        self.tenants().patch(tenant, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        self.tenants()
+            .patch(tenant, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
     }
 
     /// Plays the Job controller: marks the Job running, succeeded or failed.
     pub async fn job_running(&self, name: &str) {
         let now = self.now_str();
-        self.patch_job_status(name, json!({"startTime": now, "active": 1})).await;
+        self.patch_job_status(name, json!({"startTime": now, "active": 1}))
+            .await;
     }
     pub async fn job_succeeded(&self, name: &str) {
         let now = self.now_str();
-        self.patch_job_status(name, json!({"active": 0, "succeeded": 1, "completionTime": now,
-            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now}]}))
-            .await;
+        self.patch_job_status(
+            name,
+            json!({"active": 0, "succeeded": 1, "completionTime": now,
+            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now}]}),
+        )
+        .await;
     }
     pub async fn job_failed(&self, name: &str, reason: &str, message: &str) {
         let now = self.now_str();
@@ -319,7 +400,10 @@ impl Cluster {
         let mut merged = serde_json::to_value(current.status.take().unwrap_or_default()).unwrap();
         json_patch::merge(&mut merged, &status);
         let patch = json!({ "status": merged });
-        self.jobs().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        self.jobs()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
     }
 
     pub fn now_str(&self) -> String {
@@ -328,9 +412,24 @@ impl Cluster {
 
     /// Refills the caches from the API, as the watches would.
     pub async fn sync_stores(&self) {
-        let tenants = self.tenants().list(&ListParams::default()).await.unwrap().items;
-        let runs = self.runjobs().list(&ListParams::default()).await.unwrap().items;
-        let jobs = self.jobs().list(&ListParams::default()).await.unwrap().items;
+        let tenants = self
+            .tenants()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let runs = self
+            .runjobs()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let jobs = self
+            .jobs()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, tenants);
         refill(&mut w.runjobs, runs);
@@ -348,13 +447,17 @@ impl Cluster {
     pub async fn reconcile_tenant(&self, name: &str) -> Action {
         self.sync_stores().await;
         let t = self.tenants().get(name).await.expect("tenant exists");
-        tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx)).await.expect("tenant reconcile")
+        tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx))
+            .await
+            .expect("tenant reconcile")
     }
 
     pub async fn reconcile_run(&self, name: &str) -> Action {
         self.sync_stores().await;
         let r = self.runjobs().get(name).await.expect("runjob exists");
-        runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx)).await.expect("runjob reconcile")
+        runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx))
+            .await
+            .expect("runjob reconcile")
     }
 
     /// Reconciles every object until a full round writes nothing (the fixpoint). Returns the rounds.
@@ -362,10 +465,22 @@ impl Cluster {
         for round in 1..=20 {
             let before = self.log.writes().len();
             self.sync_stores().await;
-            for r in self.runjobs().list(&ListParams::default()).await.unwrap().items {
+            for r in self
+                .runjobs()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+            {
                 self.reconcile_run(&r.name_any()).await;
             }
-            for t in self.tenants().list(&ListParams::default()).await.unwrap().items {
+            for t in self
+                .tenants()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+            {
                 self.reconcile_tenant(&t.name_any()).await;
             }
             if self.log.writes().len() == before {

@@ -20,7 +20,11 @@ fn errors<K: CustomResourceExt>(obj: &Value, old: Option<&Value>) -> Vec<String>
         .map(|e| format!("{}: {e}", e.instance_path()))
         .collect();
     if let Err(cel) = kube_cel::Validator::new().validate(&schema, obj, old) {
-        out.extend(cel.into_vec().into_iter().map(|e| format!("{}: {}", e.field_path, e.message)));
+        out.extend(
+            cel.into_vec()
+                .into_iter()
+                .map(|e| format!("{}: {}", e.field_path, e.message)),
+        );
     }
     out
 }
@@ -35,36 +39,83 @@ fn run(name: &str, spec: Value) -> Value {
 
 #[test]
 fn valid_objects_pass() {
-    assert_eq!(errors::<Tenant>(&tenant("acme-corp", json!({"displayName": "Acme Corp", "suspended": false})), None), Vec::<String>::new());
+    assert_eq!(
+        errors::<Tenant>(
+            &tenant(
+                "acme-corp",
+                json!({"displayName": "Acme Corp", "suspended": false})
+            ),
+            None
+        ),
+        Vec::<String>::new()
+    );
     let max = "a".repeat(40);
-    assert_eq!(errors::<Tenant>(&tenant(&max, json!({})), None), Vec::<String>::new());
-    assert_eq!(errors::<RunJob>(&run("acme-provision-1", json!({"tenant": "acme", "action": "Provision"})), None), Vec::<String>::new());
+    assert_eq!(
+        errors::<Tenant>(&tenant(&max, json!({})), None),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors::<RunJob>(
+            &run(
+                "acme-provision-1",
+                json!({"tenant": "acme", "action": "Provision"})
+            ),
+            None
+        ),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
 fn invalid_tenant_names_are_rejected_by_the_schema() {
     for bad in ["Acme", "1acme", "acme-", "ac_me", "ac.me", &"a".repeat(41)] {
         let errs = errors::<Tenant>(&tenant(bad, json!({})), None);
-        assert!(errs.iter().any(|e| e.contains("metadata.name must be at most 40")), "{bad:?} accepted: {errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("metadata.name must be at most 40")),
+            "{bad:?} accepted: {errs:?}"
+        );
     }
 }
 
 #[test]
 fn overlong_or_control_character_display_names_are_rejected() {
-    let errs = errors::<Tenant>(&tenant("acme", json!({"displayName": "x".repeat(129)})), None);
-    assert!(errs.iter().any(|e| e.contains("/spec/displayName") && e.contains("longer than 128")), "{errs:?}");
+    let errs = errors::<Tenant>(
+        &tenant("acme", json!({"displayName": "x".repeat(129)})),
+        None,
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("/spec/displayName") && e.contains("longer than 128")),
+        "{errs:?}"
+    );
     let errs = errors::<Tenant>(&tenant("acme", json!({"displayName": "two\nlines"})), None);
-    assert!(errs.iter().any(|e| e.contains("/spec/displayName")), "{errs:?}");
-    let errs = errors::<Tenant>(&tenant("acme", json!({"displayName": "é".repeat(128)})), None);
-    assert!(errs.is_empty(), "128 characters (not bytes) are allowed: {errs:?}");
+    assert!(
+        errs.iter().any(|e| e.contains("/spec/displayName")),
+        "{errs:?}"
+    );
+    let errs = errors::<Tenant>(
+        &tenant("acme", json!({"displayName": "é".repeat(128)})),
+        None,
+    );
+    assert!(
+        errs.is_empty(),
+        "128 characters (not bytes) are allowed: {errs:?}"
+    );
 }
 
 #[test]
 fn runjob_action_must_be_one_of_the_three() {
-    let errs = errors::<RunJob>(&run("acme-x-1", json!({"tenant": "acme", "action": "Delete"})), None);
+    let errs = errors::<RunJob>(
+        &run("acme-x-1", json!({"tenant": "acme", "action": "Delete"})),
+        None,
+    );
     assert!(errs.iter().any(|e| e.contains("/spec/action")), "{errs:?}");
     let errs = errors::<RunJob>(&run("acme-x-1", json!({"tenant": "acme"})), None);
-    assert!(errs.iter().any(|e| e.contains("action")), "required: {errs:?}");
+    assert!(
+        errs.iter().any(|e| e.contains("action")),
+        "required: {errs:?}"
+    );
 }
 
 #[test]
@@ -80,28 +131,60 @@ fn runjob_numbers_are_bounded() {
     for (field, value) in cases {
         let spec = json!({"tenant": "acme", "action": "Provision", field: value});
         let errs = errors::<RunJob>(&run("acme-provision-1", spec), None);
-        assert!(errs.iter().any(|e| e.contains(&format!("/spec/{field}"))), "{field}={value} accepted");
+        assert!(
+            errs.iter().any(|e| e.contains(&format!("/spec/{field}"))),
+            "{field}={value} accepted"
+        );
     }
 }
 
 #[test]
 fn runjob_names_and_tenant_refs_are_validated() {
-    let errs = errors::<RunJob>(&run(&"r".repeat(64), json!({"tenant": "acme", "action": "Provision"})), None);
+    let errs = errors::<RunJob>(
+        &run(
+            &"r".repeat(64),
+            json!({"tenant": "acme", "action": "Provision"}),
+        ),
+        None,
+    );
     assert!(errs.iter().any(|e| e.contains("DNS label")), "{errs:?}");
-    let errs = errors::<RunJob>(&run("ok", json!({"tenant": "Bad_Name", "action": "Provision"})), None);
+    let errs = errors::<RunJob>(
+        &run("ok", json!({"tenant": "Bad_Name", "action": "Provision"})),
+        None,
+    );
     assert!(errs.iter().any(|e| e.contains("/spec/tenant")), "{errs:?}");
 }
 
 #[test]
 fn runjob_tenant_and_action_are_immutable() {
-    let old = run("acme-provision-1", json!({"tenant": "acme", "action": "Provision"}));
+    let old = run(
+        "acme-provision-1",
+        json!({"tenant": "acme", "action": "Provision"}),
+    );
     let same = old.clone();
     assert!(errors::<RunJob>(&same, Some(&old)).is_empty());
-    let moved = run("acme-provision-1", json!({"tenant": "other", "action": "Provision"}));
-    assert!(errors::<RunJob>(&moved, Some(&old)).iter().any(|e| e.contains("spec.tenant is immutable")));
-    let changed = run("acme-provision-1", json!({"tenant": "acme", "action": "Suspend"}));
-    assert!(errors::<RunJob>(&changed, Some(&old)).iter().any(|e| e.contains("spec.action is immutable")));
+    let moved = run(
+        "acme-provision-1",
+        json!({"tenant": "other", "action": "Provision"}),
+    );
+    assert!(
+        errors::<RunJob>(&moved, Some(&old))
+            .iter()
+            .any(|e| e.contains("spec.tenant is immutable"))
+    );
+    let changed = run(
+        "acme-provision-1",
+        json!({"tenant": "acme", "action": "Suspend"}),
+    );
+    assert!(
+        errors::<RunJob>(&changed, Some(&old))
+            .iter()
+            .any(|e| e.contains("spec.action is immutable"))
+    );
     // Other fields stay editable.
-    let ttl = run("acme-provision-1", json!({"tenant": "acme", "action": "Provision", "ttlSecondsAfterFinished": 60}));
+    let ttl = run(
+        "acme-provision-1",
+        json!({"tenant": "acme", "action": "Provision", "ttlSecondsAfterFinished": 60}),
+    );
     assert!(errors::<RunJob>(&ttl, Some(&old)).is_empty());
 }

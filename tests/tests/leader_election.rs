@@ -11,14 +11,22 @@ use sentry_tenants::leader::{LEASE_NAME, LeaderElection};
 use sentry_tenants_tests::{Cluster, NS, start_time};
 
 fn elector(c: &Cluster, who: &str, clock: &Clock) -> LeaderElection {
-    LeaderElection::new(Api::<Lease>::namespaced(c.admin.clone(), NS), who, Duration::from_secs(15), clock.clone())
+    LeaderElection::new(
+        Api::<Lease>::namespaced(c.admin.clone(), NS),
+        who,
+        Duration::from_secs(15),
+        clock.clone(),
+    )
 }
 
 #[tokio::test]
 async fn only_one_of_two_replicas_leads_while_the_lease_is_renewed() {
     let c = Cluster::new().await;
     let clock = Clock::manual(start_time());
-    let (a, b) = (elector(&c, "replica-a", &clock), elector(&c, "replica-b", &clock));
+    let (a, b) = (
+        elector(&c, "replica-a", &clock),
+        elector(&c, "replica-b", &clock),
+    );
     assert!(a.try_acquire_or_renew().await.unwrap());
     assert!(!b.try_acquire_or_renew().await.unwrap());
     for _ in 0..3 {
@@ -32,14 +40,26 @@ async fn only_one_of_two_replicas_leads_while_the_lease_is_renewed() {
 async fn an_expired_lease_is_taken_over_and_the_old_leader_steps_down() {
     let c = Cluster::new().await;
     let clock = Clock::manual(start_time());
-    let (a, b) = (elector(&c, "replica-a", &clock), elector(&c, "replica-b", &clock));
+    let (a, b) = (
+        elector(&c, "replica-a", &clock),
+        elector(&c, "replica-b", &clock),
+    );
     assert!(a.try_acquire_or_renew().await.unwrap());
     clock.advance(SignedDuration::from_secs(14));
     assert!(!b.try_acquire_or_renew().await.unwrap(), "not expired yet");
     clock.advance(SignedDuration::from_secs(2));
-    assert!(b.try_acquire_or_renew().await.unwrap(), "expired: taken over");
-    assert!(!a.try_acquire_or_renew().await.unwrap(), "the old leader does not take it back");
-    let lease = Api::<Lease>::namespaced(c.admin.clone(), NS).get(LEASE_NAME).await.unwrap();
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "expired: taken over"
+    );
+    assert!(
+        !a.try_acquire_or_renew().await.unwrap(),
+        "the old leader does not take it back"
+    );
+    let lease = Api::<Lease>::namespaced(c.admin.clone(), NS)
+        .get(LEASE_NAME)
+        .await
+        .unwrap();
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
     assert_eq!(spec.lease_transitions, Some(1));
@@ -49,7 +69,10 @@ async fn an_expired_lease_is_taken_over_and_the_old_leader_steps_down() {
 async fn a_released_lease_is_taken_at_once() {
     let c = Cluster::new().await;
     let clock = Clock::manual(start_time());
-    let (a, b) = (elector(&c, "replica-a", &clock), elector(&c, "replica-b", &clock));
+    let (a, b) = (
+        elector(&c, "replica-a", &clock),
+        elector(&c, "replica-b", &clock),
+    );
     assert!(a.try_acquire_or_renew().await.unwrap());
     a.release().await.unwrap();
     assert!(b.try_acquire_or_renew().await.unwrap());
@@ -59,7 +82,8 @@ async fn a_released_lease_is_taken_at_once() {
 async fn a_replica_that_does_not_lead_reconciles_nothing() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
-    c.create_run("acme", RunAction::Provision, "acme-provision-1").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
     c.set_leader(false);
     c.settle().await;
     assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());

@@ -24,7 +24,11 @@ async fn cluster_with_run() -> Cluster {
 }
 
 fn reasons(c: &Cluster) -> Vec<String> {
-    c.log.events().iter().map(|e| e["reason"].as_str().unwrap_or_default().to_owned()).collect()
+    c.log
+        .events()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 #[tokio::test]
@@ -32,7 +36,10 @@ async fn provision_run_goes_pending_running_succeeded_and_tenant_active_only_aft
     let c = cluster_with_run().await;
     c.settle().await;
     assert_eq!(c.run(RUN).await.unwrap().phase(), Some(RunPhase::Pending));
-    assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Provisioning));
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Provisioning)
+    );
 
     c.job_running(RUN).await;
     c.settle().await;
@@ -61,13 +68,31 @@ async fn get_or_create_never_makes_a_second_job_on_rereconcile_restart_or_race()
     // create hits AlreadyExists, which is read as "already there", not retried as an error.
     c.clear_stores();
     let action = runjob::reconcile(Arc::new(stale_run), Arc::clone(&c.ctx)).await;
-    assert!(action.is_ok(), "AlreadyExists must not become an error loop: {action:?}");
+    assert!(
+        action.is_ok(),
+        "AlreadyExists must not become an error loop: {action:?}"
+    );
 
-    assert_eq!(c.log.creates_of("jobs"), 1, "exactly one Job create succeeded");
+    assert_eq!(
+        c.log.creates_of("jobs"),
+        1,
+        "exactly one Job create succeeded"
+    );
     let jobs = c.jobs().list(&Default::default()).await.unwrap().items;
     assert_eq!(jobs.len(), 1);
-    let job_ref = c.run(RUN).await.unwrap().status.unwrap().job_ref.expect("jobRef");
-    assert_eq!(job_ref.uid, jobs[0].uid().unwrap(), "jobRef names the uid of the Job really created");
+    let job_ref = c
+        .run(RUN)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .job_ref
+        .expect("jobRef");
+    assert_eq!(
+        job_ref.uid,
+        jobs[0].uid().unwrap(),
+        "jobRef names the uid of the Job really created"
+    );
 }
 
 /// Seed bug: "Finalizer never performs cleanup: … doesn't return early on deletion".
@@ -77,22 +102,49 @@ async fn deletion_first_deletes_job_in_background_removes_finalizer_and_does_not
     c.settle().await;
     assert!(c.job(RUN).await.is_some());
     c.runjobs().delete(RUN, &Default::default()).await.unwrap();
-    assert!(c.run(RUN).await.unwrap().metadata.deletion_timestamp.is_some(), "finalizer holds it");
+    assert!(
+        c.run(RUN)
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some(),
+        "finalizer holds it"
+    );
 
     c.log.clear();
     c.reconcile_run(RUN).await;
     let writes = c.log.writes();
-    let job_delete = writes.iter().find(|w| w.method == Method::DELETE && w.resource() == "jobs").expect("Job deleted");
-    assert_eq!(job_delete.body["propagationPolicy"], "Background", "batch/v1 default would orphan the pods");
-    assert!(job_delete.body["preconditions"]["uid"].is_string(), "deletes only the Job this run created");
+    let job_delete = writes
+        .iter()
+        .find(|w| w.method == Method::DELETE && w.resource() == "jobs")
+        .expect("Job deleted");
+    assert_eq!(
+        job_delete.body["propagationPolicy"], "Background",
+        "batch/v1 default would orphan the pods"
+    );
+    assert!(
+        job_delete.body["preconditions"]["uid"].is_string(),
+        "deletes only the Job this run created"
+    );
     let other: Vec<_> = writes
         .iter()
         .filter(|w| !(w.method == Method::DELETE && w.resource() == "jobs"))
         .collect();
-    assert_eq!(other.len(), 1, "only the finalizer removal follows: {other:#?}");
+    assert_eq!(
+        other.len(),
+        1,
+        "only the finalizer removal follows: {other:#?}"
+    );
     assert_eq!(other[0].method, Method::PATCH);
-    assert!(!other[0].path.ends_with("/status"), "no status write for a deleting run");
-    assert!(c.run(RUN).await.is_none(), "RunJob gone once its finalizer is removed");
+    assert!(
+        !other[0].path.ends_with("/status"),
+        "no status write for a deleting run"
+    );
+    assert!(
+        c.run(RUN).await.is_none(),
+        "RunJob gone once its finalizer is removed"
+    );
     assert!(c.job(RUN).await.is_none());
 }
 
@@ -114,10 +166,17 @@ async fn job_is_controlled_by_its_runjob_and_runjob_owned_by_its_tenant() {
     let job = c.job(RUN).await.unwrap();
     let owner = &job.owner_references()[0];
     assert_eq!(job.owner_references().len(), 1);
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("RunJob", run.uid().unwrap().as_str()));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("RunJob", run.uid().unwrap().as_str())
+    );
     assert_eq!(owner.controller, Some(true));
     assert_eq!(owner.block_owner_deletion, Some(true));
-    assert!(run.owner_references().iter().any(|o| o.kind == "Tenant" && Some(&o.uid) == tenant.uid().as_ref()));
+    assert!(
+        run.owner_references()
+            .iter()
+            .any(|o| o.kind == "Tenant" && Some(&o.uid) == tenant.uid().as_ref())
+    );
 }
 
 #[tokio::test]
@@ -125,17 +184,26 @@ async fn hand_made_runjob_gets_finalizer_and_tenant_owner_in_one_patch() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
     let bare = RunJob {
-        metadata: ObjectMeta { name: Some(RUN.into()), namespace: Some(NS.into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(RUN.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
         spec: RunJobSpec::new("acme", RunAction::Provision),
         status: None,
     };
-    c.runjobs().create(&Default::default(), &bare).await.unwrap();
+    c.runjobs()
+        .create(&Default::default(), &bare)
+        .await
+        .unwrap();
     c.reconcile_run(RUN).await;
     let meta_patches = c
         .log
         .writes()
         .into_iter()
-        .filter(|w| w.method == Method::PATCH && w.resource() == "runjobs" && !w.path.ends_with("/status"))
+        .filter(|w| {
+            w.method == Method::PATCH && w.resource() == "runjobs" && !w.path.ends_with("/status")
+        })
         .count();
     assert_eq!(meta_patches, 1);
     let run = c.run(RUN).await.unwrap();
@@ -150,21 +218,33 @@ async fn job_runs_own_image_as_provisioner_restricted_with_one_tmp_mount() {
     let job = c.job(RUN).await.unwrap();
     let spec = job.spec.unwrap();
     let pod = spec.template.spec.unwrap();
-    assert_eq!(pod.service_account_name.as_deref(), Some("sentry-tenants-provisioner"));
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("sentry-tenants-provisioner")
+    );
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     let psc = pod.security_context.unwrap();
     assert_eq!(psc.run_as_non_root, Some(true));
     assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
     let container = &pod.containers[0];
-    assert_eq!(container.image.as_deref(), Some(sentry_tenants::DEFAULT_IMAGE));
-    assert_eq!(container.args.as_deref(), Some(&["provision-tenant".to_owned()][..]));
+    assert_eq!(
+        container.image.as_deref(),
+        Some(sentry_tenants::DEFAULT_IMAGE)
+    );
+    assert_eq!(
+        container.args.as_deref(),
+        Some(&["provision-tenant".to_owned()][..])
+    );
     let sc = container.security_context.clone().unwrap();
     assert_eq!(sc.read_only_root_filesystem, Some(true));
     assert_eq!(sc.allow_privilege_escalation, Some(false));
     assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
     let mounts = container.volume_mounts.clone().unwrap();
     assert_eq!(mounts.len(), 1);
-    assert_eq!((mounts[0].name.as_str(), mounts[0].mount_path.as_str()), ("tmp", "/tmp"));
+    assert_eq!(
+        (mounts[0].name.as_str(), mounts[0].mount_path.as_str()),
+        ("tmp", "/tmp")
+    );
     assert_eq!(pod.volumes.unwrap().len(), 1);
     assert_eq!(spec.backoff_limit, Some(2));
     assert_eq!(spec.active_deadline_seconds, Some(600));
@@ -176,20 +256,35 @@ async fn run_parameters_are_plain_env_and_admin_credentials_are_secret_refs_no_s
     let c = cluster_with_run().await;
     c.settle().await;
     let job = c.job(RUN).await.unwrap();
-    let env = job.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
-    let plain = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let plain = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
     let run = c.run(RUN).await.unwrap();
     assert_eq!(plain("SENTRY_TENANTS_RUN_ID"), run.uid());
     assert_eq!(plain("SENTRY_TENANTS_TENANT").as_deref(), Some("acme"));
     assert_eq!(plain("SENTRY_TENANTS_ACTION").as_deref(), Some("Provision"));
     assert_eq!(plain("SENTRY_TENANTS_NAMESPACE").as_deref(), Some(NS));
-    for (var, key) in [("SENTRY_TENANTS_CLICKHOUSE_USER", "username"), ("SENTRY_TENANTS_CLICKHOUSE_PASSWORD", "password")] {
+    for (var, key) in [
+        ("SENTRY_TENANTS_CLICKHOUSE_USER", "username"),
+        ("SENTRY_TENANTS_CLICKHOUSE_PASSWORD", "password"),
+    ] {
         let e = env.iter().find(|e| e.name == var).unwrap();
         assert!(e.value.is_none(), "{var} must not carry a value");
         let r = e.value_from.clone().unwrap().secret_key_ref.unwrap();
         assert_eq!((r.name.as_str(), r.key.as_str()), ("clickhouse-admin", key));
     }
-    let secret_requests = c.log.all().into_iter().filter(|r| r.resource() == "secrets").count();
+    let secret_requests = c
+        .log
+        .all()
+        .into_iter()
+        .filter(|r| r.resource() == "secrets")
+        .count();
     assert_eq!(secret_requests, 0, "the operator never touches Secrets");
 }
 
@@ -197,16 +292,34 @@ async fn run_parameters_are_plain_env_and_admin_credentials_are_secret_refs_no_s
 async fn status_follows_job_failure_with_reason_message_and_cleanup_time() {
     let c = cluster_with_run().await;
     c.settle().await;
-    c.job_failed(RUN, "BackoffLimitExceeded", "Job has reached the specified backoff limit").await;
+    c.job_failed(
+        RUN,
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+    )
+    .await;
     c.settle().await;
     let status = c.run(RUN).await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(RunPhase::Failed));
     let message = status.message.unwrap();
-    assert!(message.contains("BackoffLimitExceeded") && message.contains("backoff limit"), "{message}");
+    assert!(
+        message.contains("BackoffLimitExceeded") && message.contains("backoff limit"),
+        "{message}"
+    );
     let done = status.completion_time.unwrap().0;
-    assert_eq!(status.cleanup_at.unwrap().0, done + SignedDuration::from_secs(300));
-    let finished = status.conditions.iter().find(|c| c.type_ == "Finished").unwrap();
-    assert_eq!((finished.status.as_str(), finished.reason.as_str()), ("True", "Failed"));
+    assert_eq!(
+        status.cleanup_at.unwrap().0,
+        done + SignedDuration::from_secs(300)
+    );
+    let finished = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Finished")
+        .unwrap();
+    assert_eq!(
+        (finished.status.as_str(), finished.reason.as_str()),
+        ("True", "Failed")
+    );
     assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Failed));
 }
 
@@ -218,7 +331,11 @@ async fn finished_run_is_cleaned_up_at_ttl_requeued_for_that_moment_and_outcome_
     c.job_succeeded(RUN).await;
     c.settle().await;
     let action = c.reconcile_run(RUN).await;
-    assert_eq!(requeue_secs(&action), Some(300.0), "requeued for completionTime + ttl");
+    assert_eq!(
+        requeue_secs(&action),
+        Some(300.0),
+        "requeued for completionTime + ttl"
+    );
 
     c.clock.advance(SignedDuration::from_secs(299));
     let action = c.reconcile_run(RUN).await;
@@ -228,28 +345,49 @@ async fn finished_run_is_cleaned_up_at_ttl_requeued_for_that_moment_and_outcome_
     c.clock.advance(SignedDuration::from_secs(1));
     c.log.clear();
     c.reconcile_run(RUN).await;
-    let delete = c.log.writes().into_iter().find(|w| w.method == Method::DELETE && w.resource() == "runjobs");
-    assert_eq!(delete.expect("RunJob deleted").body["propagationPolicy"], "Background");
+    let delete = c
+        .log
+        .writes()
+        .into_iter()
+        .find(|w| w.method == Method::DELETE && w.resource() == "runjobs");
+    assert_eq!(
+        delete.expect("RunJob deleted").body["propagationPolicy"],
+        "Background"
+    );
     c.settle().await;
     assert!(c.run(RUN).await.is_none(), "RunJob gone");
     assert!(c.job(RUN).await.is_none(), "Job gone with it");
 
     let tenant = c.tenant("acme").await;
     let record = &tenant.history()[0];
-    assert_eq!((record.name.as_str(), record.action, record.phase), (RUN, RunAction::Provision, RunPhase::Succeeded));
+    assert_eq!(
+        (record.name.as_str(), record.action, record.phase),
+        (RUN, RunAction::Provision, RunPhase::Succeeded)
+    );
     // With the run gone the tenant still knows provisioning was attempted and how it ended.
-    assert_eq!(tenant.phase(), Some(TenantPhase::Pending), "succeeded Job alone is not Active");
+    assert_eq!(
+        tenant.phase(),
+        Some(TenantPhase::Pending),
+        "succeeded Job alone is not Active"
+    );
 }
 
 #[tokio::test]
 async fn run_for_missing_tenant_fails_with_clear_message_and_no_job() {
     let c = Cluster::new().await;
     let bare = RunJob {
-        metadata: ObjectMeta { name: Some("ghost-provision-1".into()), namespace: Some(NS.into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some("ghost-provision-1".into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
         spec: RunJobSpec::new("ghost", RunAction::Provision),
         status: None,
     };
-    c.runjobs().create(&Default::default(), &bare).await.unwrap();
+    c.runjobs()
+        .create(&Default::default(), &bare)
+        .await
+        .unwrap();
     c.settle().await;
     let status = c.run("ghost-provision-1").await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(RunPhase::Failed));
@@ -264,14 +402,24 @@ async fn run_for_missing_tenant_fails_with_clear_message_and_no_job() {
 async fn same_named_job_of_another_owner_is_never_adopted() {
     let c = cluster_with_run().await;
     let foreign = Job {
-        metadata: ObjectMeta { name: Some(RUN.into()), namespace: Some(NS.into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(RUN.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
         ..Job::default()
     };
-    c.jobs().create(&Default::default(), &foreign).await.unwrap();
+    c.jobs()
+        .create(&Default::default(), &foreign)
+        .await
+        .unwrap();
     c.reconcile_run(RUN).await;
     let status = c.run(RUN).await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(RunPhase::Pending));
-    assert!(status.job_ref.is_none(), "the foreign Job is not recorded as ours");
+    assert!(
+        status.job_ref.is_none(),
+        "the foreign Job is not recorded as ours"
+    );
     assert!(status.message.unwrap().contains("does not control"));
     // Once it is gone, our own Job is created.
     c.jobs().delete(RUN, &Default::default()).await.unwrap();
@@ -287,7 +435,12 @@ async fn job_deleted_before_finishing_fails_the_run_instead_of_rerunning_it() {
     c.settle().await;
     let status = c.run(RUN).await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(RunPhase::Failed));
-    assert!(status.message.unwrap().contains("deleted before it finished"));
+    assert!(
+        status
+            .message
+            .unwrap()
+            .contains("deleted before it finished")
+    );
     assert_eq!(c.log.creates_of("jobs"), 1);
 }
 
@@ -303,11 +456,18 @@ async fn events_mark_created_succeeded_failed_and_cleaned_up() {
     for want in ["JobCreated", "RunSucceeded", "RunCleanedUp"] {
         assert!(r.iter().any(|x| x == want), "missing {want} in {r:?}");
     }
-    c.create_run("acme", RunAction::Provision, "acme-provision-2").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-2")
+        .await;
     c.settle().await;
-    c.job_failed("acme-provision-2", "DeadlineExceeded", "too slow").await;
+    c.job_failed("acme-provision-2", "DeadlineExceeded", "too slow")
+        .await;
     c.settle().await;
-    let failed: Vec<_> = c.log.events().into_iter().filter(|e| e["reason"] == "RunFailed").collect();
+    let failed: Vec<_> = c
+        .log
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "RunFailed")
+        .collect();
     assert_eq!(failed.len(), 2, "on the RunJob and on its Tenant");
     assert!(failed.iter().all(|e| e["type"] == "Warning"));
     let _ = (Patch::Merge(json!({})), PatchParams::default());

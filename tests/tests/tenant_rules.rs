@@ -6,8 +6,17 @@ use sentry_tenants::controller::HISTORY_LIMIT;
 use sentry_tenants::crd::{RunAction, RunPhase, TenantPhase};
 use sentry_tenants_tests::Cluster;
 
-fn condition<'a>(t: &'a sentry_tenants::crd::Tenant, type_: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    t.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_}"))
+fn condition<'a>(
+    t: &'a sentry_tenants::crd::Tenant,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    t.status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_}"))
 }
 
 async fn active_tenant(name: &str) -> Cluster {
@@ -20,7 +29,10 @@ async fn active_tenant(name: &str) -> Cluster {
 }
 
 fn runs_of(runs: &[sentry_tenants::crd::RunJob], action: RunAction) -> Vec<String> {
-    runs.iter().filter(|r| r.spec.action == action).map(|r| r.name_any()).collect()
+    runs.iter()
+        .filter(|r| r.spec.action == action)
+        .map(|r| r.name_any())
+        .collect()
 }
 
 #[tokio::test]
@@ -31,7 +43,10 @@ async fn new_tenant_is_pending_with_ready_false_and_observed_generation() {
     let t = c.tenant("acme").await;
     assert_eq!(t.phase(), Some(TenantPhase::Pending));
     let ready = condition(&t, "Ready");
-    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Pending"));
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Pending")
+    );
     assert_eq!(ready.observed_generation, t.metadata.generation);
     assert_eq!(condition(&t, "Provisioned").status, "False");
     assert_eq!(t.status.unwrap().observed_generation, t.metadata.generation);
@@ -50,7 +65,10 @@ async fn suspending_a_provisioned_tenant_creates_one_suspend_run_once() {
     let t = c.tenant("acme").await;
     assert_eq!(t.phase(), Some(TenantPhase::Suspended));
     let locked = condition(&t, "AccessLocked");
-    assert_eq!((locked.status.as_str(), locked.reason.as_str()), ("False", "Locking"));
+    assert_eq!(
+        (locked.status.as_str(), locked.reason.as_str()),
+        ("False", "Locking")
+    );
 
     // The run finishes and the provisioner reports the lock: nothing more is created, even after cleanup.
     let name = &runs_of(&runs, RunAction::Suspend)[0];
@@ -61,7 +79,10 @@ async fn suspending_a_provisioned_tenant_creates_one_suspend_run_once() {
     c.settle().await;
     assert!(c.run(name).await.is_none(), "cleaned up");
     assert_eq!(c.log.creates_of("runjobs"), 1);
-    assert_eq!(condition(&c.tenant("acme").await, "AccessLocked").reason, "LoginsLocked");
+    assert_eq!(
+        condition(&c.tenant("acme").await, "AccessLocked").reason,
+        "LoginsLocked"
+    );
 }
 
 #[tokio::test]
@@ -71,13 +92,18 @@ async fn a_failed_suspend_run_is_not_retried_for_the_same_generation() {
     c.settle().await;
     let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
     let name = runs_of(&runs, RunAction::Suspend).remove(0);
-    c.job_failed(&name, "BackoffLimitExceeded", "clickhouse unreachable").await;
+    c.job_failed(&name, "BackoffLimitExceeded", "clickhouse unreachable")
+        .await;
     c.settle().await;
     c.clock.advance(SignedDuration::from_secs(301));
     c.settle().await;
     assert!(c.run(&name).await.is_none(), "cleaned up");
     c.settle().await;
-    assert_eq!(c.log.creates_of("runjobs"), 1, "history says this generation's run was made");
+    assert_eq!(
+        c.log.creates_of("runjobs"),
+        1,
+        "history says this generation's run was made"
+    );
     assert_eq!(c.tenant("acme").await.history()[0].phase, RunPhase::Failed);
 }
 
@@ -86,7 +112,11 @@ async fn resuming_returns_straight_to_active_and_creates_a_resume_run() {
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
     c.settle().await;
-    let suspend = runs_of(&c.runjobs().list(&Default::default()).await.unwrap().items, RunAction::Suspend).remove(0);
+    let suspend = runs_of(
+        &c.runjobs().list(&Default::default()).await.unwrap().items,
+        RunAction::Suspend,
+    )
+    .remove(0);
     c.job_succeeded(&suspend).await;
     c.report_access_locked("acme", true).await;
     c.settle().await;
@@ -94,7 +124,11 @@ async fn resuming_returns_straight_to_active_and_creates_a_resume_run() {
     c.set_suspended("acme", false).await;
     c.settle().await;
     let t = c.tenant("acme").await;
-    assert_eq!(t.phase(), Some(TenantPhase::Active), "not Provisioning, not Pending");
+    assert_eq!(
+        t.phase(),
+        Some(TenantPhase::Active),
+        "not Provisioning, not Pending"
+    );
     assert_eq!(condition(&t, "Ready").status, "True");
     let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
     assert_eq!(runs_of(&runs, RunAction::Resume).len(), 1);
@@ -115,19 +149,29 @@ async fn ready_transition_time_moves_only_when_it_flips() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
     c.settle().await;
-    let first = condition(&c.tenant("acme").await, "Ready").last_transition_time.clone();
-    c.create_run("acme", RunAction::Provision, "acme-provision-1").await;
+    let first = condition(&c.tenant("acme").await, "Ready")
+        .last_transition_time
+        .clone();
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
     c.clock.advance(SignedDuration::from_secs(10));
     c.settle().await;
     let t = c.tenant("acme").await;
     assert_eq!(t.phase(), Some(TenantPhase::Provisioning));
-    assert_eq!(condition(&t, "Ready").last_transition_time, first, "still False: time unchanged");
+    assert_eq!(
+        condition(&t, "Ready").last_transition_time,
+        first,
+        "still False: time unchanged"
+    );
     c.report_provisioned("acme").await;
     c.clock.advance(SignedDuration::from_secs(10));
     c.settle().await;
     let ready = condition(&c.tenant("acme").await, "Ready").clone();
     assert_eq!(ready.status, "True");
-    assert_eq!(ready.last_transition_time.0, first.0 + SignedDuration::from_secs(20));
+    assert_eq!(
+        ready.last_transition_time.0,
+        first.0 + SignedDuration::from_secs(20)
+    );
 }
 
 #[tokio::test]
@@ -139,7 +183,8 @@ async fn history_is_bounded_newest_first_and_survives_cleanup() {
         let name = format!("acme-provision-{i}");
         c.create_run("acme", RunAction::Provision, &name).await;
         c.settle().await;
-        c.job_failed(&name, "BackoffLimitExceeded", &format!("attempt {i}")).await;
+        c.job_failed(&name, "BackoffLimitExceeded", &format!("attempt {i}"))
+            .await;
         c.settle().await;
         c.clock.advance(SignedDuration::from_secs(301));
         c.settle().await;
@@ -152,5 +197,9 @@ async fn history_is_bounded_newest_first_and_survives_cleanup() {
     assert!(history[0].message.contains(&format!("attempt {total}")));
     // With every run cleaned up the tenant still knows the last attempt failed.
     assert_eq!(t.phase(), Some(TenantPhase::Failed));
-    assert!(condition(&t, "Ready").message.contains(&format!("acme-provision-{total} failed")));
+    assert!(
+        condition(&t, "Ready")
+            .message
+            .contains(&format!("acme-provision-{total} failed"))
+    );
 }

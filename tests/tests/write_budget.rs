@@ -35,7 +35,11 @@ async fn noop_reconcile_makes_zero_writes_at_every_stage_of_a_run() {
     c.job_succeeded(RUN).await;
     c.report_provisioned("acme").await;
     c.settle().await;
-    assert_eq!(noop_writes(&c).await, 0, "run finished, waiting for cleanup");
+    assert_eq!(
+        noop_writes(&c).await,
+        0,
+        "run finished, waiting for cleanup"
+    );
 
     c.clock.advance(SignedDuration::from_secs(300));
     c.settle().await;
@@ -62,12 +66,18 @@ async fn a_run_from_creation_to_cleanup_costs_a_bounded_number_of_writes() {
     assert!(c.run(RUN).await.is_none());
 
     let writes = c.log.writes();
-    let summary: Vec<String> = writes.iter().map(|w| format!("{} {}", w.method, w.path)).collect();
+    let summary: Vec<String> = writes
+        .iter()
+        .map(|w| format!("{} {}", w.method, w.path))
+        .collect();
     // Job create 1; RunJob status Pending, Running, Succeeded 3; tenant status Provisioning,
     // Active 2 (the Succeeded-but-unreported step folds into Active here); history 1; RunJob delete 1;
     // Job delete 1; finalizer removal 1 — 10 in all.
     assert_eq!(writes.len(), 10, "{summary:#?}");
     assert_eq!(c.log.creates_of("jobs"), 1);
     let events = c.log.events().len();
-    assert!(events <= 5, "JobCreated, RunSucceeded ×2, RunCleanedUp (+ at most one more): {events}");
+    assert!(
+        events <= 5,
+        "JobCreated, RunSucceeded ×2, RunCleanedUp (+ at most one more): {events}"
+    );
 }

@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
-    VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;
@@ -60,7 +60,10 @@ pub fn build_job(run: &RunJob, config: &OperatorConfig) -> Job {
             backoff_limit: Some(run.spec.backoff_limit),
             active_deadline_seconds: Some(run.spec.active_deadline_seconds),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
                 spec: Some(pod_spec(run, config)),
             },
             ..JobSpec::default()
@@ -77,7 +80,10 @@ fn pod_spec(run: &RunJob, config: &OperatorConfig) -> PodSpec {
             run_as_non_root: Some(true),
             run_as_user: Some(RUN_AS_USER),
             run_as_group: Some(RUN_AS_USER),
-            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
             ..PodSecurityContext::default()
         }),
         containers: vec![Container {
@@ -89,7 +95,11 @@ fn pod_spec(run: &RunJob, config: &OperatorConfig) -> PodSpec {
             volume_mounts: Some(dedup_volume_mounts(default_volume_mounts(), Vec::new())),
             resources: Some(ResourceRequirements {
                 requests: Some(
-                    [("cpu".into(), Quantity("50m".into())), ("memory".into(), Quantity("32Mi".into()))].into(),
+                    [
+                        ("cpu".into(), Quantity("50m".into())),
+                        ("memory".into(), Quantity("32Mi".into())),
+                    ]
+                    .into(),
                 ),
                 limits: Some([("memory".into(), Quantity("128Mi".into()))].into()),
                 ..ResourceRequirements::default()
@@ -116,8 +126,14 @@ pub fn restricted_container_security_context() -> SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
         ..SecurityContext::default()
     }
 }
@@ -125,7 +141,11 @@ pub fn restricted_container_security_context() -> SecurityContext {
 /// Run parameters are plain values; the admin credentials are references to the Secret named at
 /// install time, resolved by the kubelet — the operator never reads them and needs no `secrets` access.
 fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
-    let plain = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() };
+    let plain = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    };
     let secret = |name: &str, key: &str| EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -142,7 +162,10 @@ fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
         plain(env::RUN_ID, run.uid().as_deref().unwrap_or_default()),
         plain(env::TENANT, &run.spec.tenant),
         plain(env::ACTION, run.spec.action.as_str()),
-        plain(env::NAMESPACE, run.namespace().as_deref().unwrap_or_default()),
+        plain(
+            env::NAMESPACE,
+            run.namespace().as_deref().unwrap_or_default(),
+        ),
         plain(env::CLICKHOUSE_URL, &config.clickhouse_url),
         plain(env::TANTIVY_ROOT, &config.tantivy_root),
         secret(env::CLICKHOUSE_USER, "username"),
@@ -151,16 +174,25 @@ fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
 }
 
 fn default_volume_mounts() -> Vec<VolumeMount> {
-    vec![VolumeMount { name: TMP_VOLUME.into(), mount_path: TMP_PATH.into(), ..VolumeMount::default() }]
+    vec![VolumeMount {
+        name: TMP_VOLUME.into(),
+        mount_path: TMP_PATH.into(),
+        ..VolumeMount::default()
+    }]
 }
 
 /// Defaults first, then the extra mounts that collide with none of them — by volume name *or* by
 /// mount path. (The seed's version only dropped one of the two kinds of collision, so a second mount
 /// of the same volume slipped through and the pod was rejected.)
-pub fn dedup_volume_mounts(defaults: Vec<VolumeMount>, extra: Vec<VolumeMount>) -> Vec<VolumeMount> {
+pub fn dedup_volume_mounts(
+    defaults: Vec<VolumeMount>,
+    extra: Vec<VolumeMount>,
+) -> Vec<VolumeMount> {
     let mut out = defaults;
     for mount in extra {
-        let clashes = out.iter().any(|m| m.name == mount.name || m.mount_path == mount.mount_path);
+        let clashes = out
+            .iter()
+            .any(|m| m.name == mount.name || m.mount_path == mount.mount_path);
         if !clashes {
             out.push(mount);
         }
@@ -173,7 +205,11 @@ mod tests {
     use super::*;
 
     fn mount(name: &str, path: &str) -> VolumeMount {
-        VolumeMount { name: name.into(), mount_path: path.into(), ..VolumeMount::default() }
+        VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..VolumeMount::default()
+        }
     }
 
     #[test]
@@ -187,7 +223,10 @@ mod tests {
                 mount("ca", "/etc/ssl/custom"), // exact repeat: dropped
             ],
         );
-        let got: Vec<_> = out.iter().map(|m| (m.name.as_str(), m.mount_path.as_str())).collect();
+        let got: Vec<_> = out
+            .iter()
+            .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+            .collect();
         assert_eq!(got, [("tmp", "/tmp"), ("ca", "/etc/ssl/custom")]);
     }
 }

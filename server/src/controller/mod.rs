@@ -6,7 +6,7 @@ pub mod runjob;
 pub mod tenant;
 mod wiring;
 
-pub use wiring::{Stores, StoreWriters, run_controllers};
+pub use wiring::{StoreWriters, Stores, run_controllers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +79,15 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, config, stores, metrics, clock, leader, recorder }
+        Self {
+            client,
+            config,
+            stores,
+            metrics,
+            clock,
+            leader,
+            recorder,
+        }
     }
 
     pub fn is_leader(&self) -> bool {
@@ -183,5 +191,8 @@ pub fn is_controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
 
 /// Name of an object the API gave us (it always has one).
 pub fn name_of<K: ResourceExt>(obj: &K) -> Result<String> {
-    obj.meta().name.clone().ok_or(Error::MissingField("metadata.name"))
+    obj.meta()
+        .name
+        .clone()
+        .ok_or(Error::MissingField("metadata.name"))
 }

@@ -23,9 +23,13 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::job::build_job;
-use super::{Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed, write_params};
+use super::{
+    Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed,
+    write_params,
+};
 use crate::crd::{
-    JobRef, RUNJOB_FINALIZER, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant, set_condition, to_k8s_time,
+    JobRef, RUNJOB_FINALIZER, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant, set_condition,
+    to_k8s_time,
 };
 
 /// Lines of the pod's log kept with a finished run.
@@ -56,7 +60,9 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
         None => match get_or_create_job(&run, &ctx).await? {
             JobLookup::Ours(job) => status_from_job(&run, &job, now),
             JobLookup::Foreign(job) => waiting_for_foreign_job(&run, &job),
-            JobLookup::Vanished => failed(&run, None, "its Job was deleted before it finished", now),
+            JobLookup::Vanished => {
+                failed(&run, None, "its Job was deleted before it finished", now)
+            }
         },
     };
     let desired = with_pod_outcome(&run, desired, &ctx).await;
@@ -83,7 +89,10 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
     if let Some(job_uid) = owned_job_uid(run, ctx).await? {
         // The uid precondition makes sure we delete the Job this run created, never a same-named other.
         let params = DeleteParams {
-            preconditions: Some(Preconditions { uid: Some(job_uid), resource_version: None }),
+            preconditions: Some(Preconditions {
+                uid: Some(job_uid),
+                resource_version: None,
+            }),
             ..DeleteParams::background()
         };
         match ctx.jobs().delete(&name, &params).await {
@@ -92,13 +101,22 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
             Err(e) => return Err(e.into()),
         }
     }
-    let remaining: Vec<String> = run.finalizers().iter().filter(|f| *f != RUNJOB_FINALIZER).cloned().collect();
+    let remaining: Vec<String> = run
+        .finalizers()
+        .iter()
+        .filter(|f| *f != RUNJOB_FINALIZER)
+        .cloned()
+        .collect();
     let patch = json!([
         { "op": "test", "path": "/metadata/finalizers", "value": run.finalizers() },
         { "op": "replace", "path": "/metadata/finalizers", "value": remaining },
     ]);
     let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
-    match ctx.runjobs().patch(&name, &write_params(), &Patch::Json::<()>(patch)).await {
+    match ctx
+        .runjobs()
+        .patch(&name, &write_params(), &Patch::Json::<()>(patch))
+        .await
+    {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(e.into()),
@@ -113,11 +131,17 @@ async fn owned_job_uid(run: &RunJob, ctx: &Context) -> Result<Option<String>> {
     }
     let run_uid = run.uid().unwrap_or_default();
     let job = lookup_job(&name_of(run)?, ctx).await?;
-    Ok(job.filter(|j| is_controlled_by(j.as_ref(), &run_uid)).and_then(|j| j.uid()))
+    Ok(job
+        .filter(|j| is_controlled_by(j.as_ref(), &run_uid))
+        .and_then(|j| j.uid()))
 }
 
 /// Rule 2, for RunJobs made by hand: one patch adds what is missing, none when nothing is.
-async fn ensure_finalizer_and_owner(run: &RunJob, tenant: Option<&Tenant>, ctx: &Context) -> Result<()> {
+async fn ensure_finalizer_and_owner(
+    run: &RunJob,
+    tenant: Option<&Tenant>,
+    ctx: &Context,
+) -> Result<()> {
     let has_finalizer = run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER);
     let tenant_uid = tenant.and_then(|t| t.uid());
     let has_owner = tenant_uid
@@ -141,7 +165,9 @@ async fn ensure_finalizer_and_owner(run: &RunJob, tenant: Option<&Tenant>, ctx: 
             "ownerReferences": owners,
         }
     });
-    ctx.runjobs().patch(&name_of(run)?, &write_params(), &Patch::Merge(&patch)).await?;
+    ctx.runjobs()
+        .patch(&name_of(run)?, &write_params(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 
@@ -149,7 +175,10 @@ async fn ensure_finalizer_and_owner(run: &RunJob, tenant: Option<&Tenant>, ctx: 
 fn tenant_problem(run: &RunJob, tenant: Option<&Tenant>) -> Option<String> {
     let namespace = run.namespace().unwrap_or_default();
     match tenant {
-        None => Some(format!("tenant {:?} does not exist in namespace {namespace:?}", run.spec.tenant)),
+        None => Some(format!(
+            "tenant {:?} does not exist in namespace {namespace:?}",
+            run.spec.tenant
+        )),
         Some(t) if t.meta().deletion_timestamp.is_some() => {
             Some(format!("tenant {:?} is being deleted", run.spec.tenant))
         }
@@ -171,10 +200,18 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
     let run_uid = run.uid().unwrap_or_default();
     let name = name_of(run)?;
     let classify = |job: Arc<Job>| {
-        if is_controlled_by(job.as_ref(), &run_uid) { JobLookup::Ours(job) } else { JobLookup::Foreign(job) }
+        if is_controlled_by(job.as_ref(), &run_uid) {
+            JobLookup::Ours(job)
+        } else {
+            JobLookup::Foreign(job)
+        }
     };
     let created_before = run.status.as_ref().is_some_and(|s| s.job_ref.is_some());
-    if let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&ctx.config.namespace)) {
+    if let Some(job) = ctx
+        .stores
+        .jobs
+        .get(&ObjectRef::new(&name).within(&ctx.config.namespace))
+    {
         return Ok(classify(job));
     }
     if created_before {
@@ -183,20 +220,36 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
             None => JobLookup::Vanished,
         });
     }
-    match ctx.jobs().create(&PostParams::default(), &build_job(run, &ctx.config)).await {
+    match ctx
+        .jobs()
+        .create(&PostParams::default(), &build_job(run, &ctx.config))
+        .await
+    {
         Ok(job) => {
             ctx.metrics.jobs_created.inc();
-            ctx.event(run, EventType::Normal, "JobCreated", format!("Created Job {name}")).await;
+            ctx.event(
+                run,
+                EventType::Normal,
+                "JobCreated",
+                format!("Created Job {name}"),
+            )
+            .await;
             Ok(JobLookup::Ours(Arc::new(job)))
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(classify(Arc::new(ctx.jobs().get(&name).await?))),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            Ok(classify(Arc::new(ctx.jobs().get(&name).await?)))
+        }
         Err(e) => Err(e.into()),
     }
 }
 
 /// A Job from the cache, or from the API when the cache has not seen it (yet).
 async fn lookup_job(name: &str, ctx: &Context) -> Result<Option<Arc<Job>>> {
-    if let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(name).within(&ctx.config.namespace)) {
+    if let Some(job) = ctx
+        .stores
+        .jobs
+        .get(&ObjectRef::new(name).within(&ctx.config.namespace))
+    {
         return Ok(Some(job));
     }
     Ok(ctx.jobs().get_opt(name).await?.map(Arc::new))
@@ -205,7 +258,10 @@ async fn lookup_job(name: &str, ctx: &Context) -> Result<Option<Arc<Job>>> {
 /// Rule 5: the RunJob's status as a function of its Job.
 pub fn status_from_job(run: &RunJob, job: &Job, now: Timestamp) -> RunJobStatus {
     let mut status = run.status.clone().unwrap_or_default();
-    status.job_ref = Some(JobRef { name: job.name_any(), uid: job.uid().unwrap_or_default() });
+    status.job_ref = Some(JobRef {
+        name: job.name_any(),
+        uid: job.uid().unwrap_or_default(),
+    });
     let job_status = job.status.clone().unwrap_or_default();
     status.start_time = job_status.start_time.clone();
     let terminal = |type_: &str| {
@@ -217,8 +273,18 @@ pub fn status_from_job(run: &RunJob, job: &Job, now: Timestamp) -> RunJobStatus 
             .cloned()
     };
     if let Some(done) = terminal("Complete") {
-        let at = job_status.completion_time.clone().or(done.last_transition_time).map_or(now, |t| t.0);
-        return finished(status, run, RunPhase::Succeeded, "Run succeeded".to_owned(), at);
+        let at = job_status
+            .completion_time
+            .clone()
+            .or(done.last_transition_time)
+            .map_or(now, |t| t.0);
+        return finished(
+            status,
+            run,
+            RunPhase::Succeeded,
+            "Run succeeded".to_owned(),
+            at,
+        );
     }
     if let Some(fail) = terminal("Failed") {
         let at = fail.last_transition_time.map_or(now, |t| t.0);
@@ -241,7 +307,13 @@ pub fn status_from_job(run: &RunJob, job: &Job, now: Timestamp) -> RunJobStatus 
     status
 }
 
-fn finished(mut status: RunJobStatus, run: &RunJob, phase: RunPhase, message: String, at: Timestamp) -> RunJobStatus {
+fn finished(
+    mut status: RunJobStatus,
+    run: &RunJob,
+    phase: RunPhase,
+    message: String,
+    at: Timestamp,
+) -> RunJobStatus {
     let at = to_k8s_time(at);
     let ttl = SignedDuration::from_secs(i64::from(run.spec.ttl_seconds_after_finished));
     status.phase = Some(phase);
@@ -252,17 +324,41 @@ fn finished(mut status: RunJobStatus, run: &RunJob, phase: RunPhase, message: St
     status
 }
 
-fn set_finished_condition(status: &mut RunJobStatus, run: &RunJob, done: bool, reason: &str, msg: &str, now: Timestamp) {
-    set_condition(&mut status.conditions, "Finished", done.into(), reason, msg, run.meta().generation, now);
+fn set_finished_condition(
+    status: &mut RunJobStatus,
+    run: &RunJob,
+    done: bool,
+    reason: &str,
+    msg: &str,
+    now: Timestamp,
+) {
+    set_condition(
+        &mut status.conditions,
+        "Finished",
+        done.into(),
+        reason,
+        msg,
+        run.meta().generation,
+        now,
+    );
 }
 
 /// Rule 3's outcome, and the outcome of a Job that vanished: Failed, with the reason as the message.
 fn failed(run: &RunJob, job: Option<&Job>, message: &str, now: Timestamp) -> RunJobStatus {
     let mut status = run.status.clone().unwrap_or_default();
     if let Some(job) = job {
-        status.job_ref = Some(JobRef { name: job.name_any(), uid: job.uid().unwrap_or_default() });
+        status.job_ref = Some(JobRef {
+            name: job.name_any(),
+            uid: job.uid().unwrap_or_default(),
+        });
     }
-    finished(status, run, RunPhase::Failed, format!("Run failed: {message}"), now)
+    finished(
+        status,
+        run,
+        RunPhase::Failed,
+        format!("Run failed: {message}"),
+        now,
+    )
 }
 
 fn waiting_for_foreign_job(run: &RunJob, job: &Job) -> RunJobStatus {
@@ -289,7 +385,11 @@ async fn with_pod_outcome(run: &RunJob, mut desired: RunJobStatus, ctx: &Context
     let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else {
         return desired;
     };
-    let Some(pod) = list.items.into_iter().max_by_key(|p| p.metadata.creation_timestamp.clone()) else {
+    let Some(pod) = list
+        .items
+        .into_iter()
+        .max_by_key(|p| p.metadata.creation_timestamp.clone())
+    else {
         return desired;
     };
     let terminated_message = pod
@@ -303,16 +403,28 @@ async fn with_pod_outcome(run: &RunJob, mut desired: RunJobStatus, ctx: &Context
     if let (Some(msg), Some(RunPhase::Failed)) = (terminated_message, desired.phase) {
         desired.message = Some(msg);
     }
-    let params = LogParams { tail_lines: Some(LOG_TAIL_LINES), limit_bytes: Some(LOG_TAIL_BYTES), ..LogParams::default() };
+    let params = LogParams {
+        tail_lines: Some(LOG_TAIL_LINES),
+        limit_bytes: Some(LOG_TAIL_BYTES),
+        ..LogParams::default()
+    };
     if let Ok(log) = pods.logs(&pod.name_any(), &params).await {
         desired.log_tail = Some(log);
     }
     desired
 }
 
-async fn announce_transition(run: &RunJob, tenant: Option<&Tenant>, desired: &RunJobStatus, ctx: &Context) {
+async fn announce_transition(
+    run: &RunJob,
+    tenant: Option<&Tenant>,
+    desired: &RunJobStatus,
+    ctx: &Context,
+) {
     let before = run.phase();
-    let Some(after) = desired.phase.filter(|p| Some(*p) != before && p.is_finished()) else {
+    let Some(after) = desired
+        .phase
+        .filter(|p| Some(*p) != before && p.is_finished())
+    else {
         return;
     };
     let message = desired.message.clone().unwrap_or_default();
@@ -320,8 +432,15 @@ async fn announce_transition(run: &RunJob, tenant: Option<&Tenant>, desired: &Ru
         RunPhase::Succeeded => (EventType::Normal, "RunSucceeded"),
         _ => (EventType::Warning, "RunFailed"),
     };
-    ctx.metrics.runs_finished.get_or_create(&crate::telemetry::PhaseLabel::new(after.as_str())).inc();
-    let note = format!("{} run {}: {message}", run.spec.action.as_str(), run.name_any());
+    ctx.metrics
+        .runs_finished
+        .get_or_create(&crate::telemetry::PhaseLabel::new(after.as_str()))
+        .inc();
+    let note = format!(
+        "{} run {}: {message}",
+        run.spec.action.as_str(),
+        run.name_any()
+    );
     ctx.event(run, type_, reason, note.clone()).await;
     if let Some(tenant) = tenant {
         ctx.event(tenant, type_, reason, note).await;
@@ -339,12 +458,20 @@ async fn cleanup_when_due(run: &RunJob, tenant: Option<&Tenant>, ctx: &Context) 
         record_in_history(tenant, run, ctx).await?;
     }
     let name = name_of(run)?;
-    match ctx.runjobs().delete(&name, &DeleteParams::background()).await {
+    match ctx
+        .runjobs()
+        .delete(&name, &DeleteParams::background())
+        .await
+    {
         Ok(_) => {
             ctx.metrics.cleanups.inc();
             if let Some(tenant) = tenant {
-                let note = format!("Cleaned up finished {} run {name}", run.spec.action.as_str());
-                ctx.event(tenant, EventType::Normal, "RunCleanedUp", note).await;
+                let note = format!(
+                    "Cleaned up finished {} run {name}",
+                    run.spec.action.as_str()
+                );
+                ctx.event(tenant, EventType::Normal, "RunCleanedUp", note)
+                    .await;
             }
         }
         Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -360,9 +487,13 @@ pub fn cleanup_at(run: &RunJob, now: Timestamp) -> Timestamp {
     if let Some(at) = status.and_then(|s| s.cleanup_at.as_ref()) {
         return at.0;
     }
-    let done = status.and_then(|s| s.completion_time.as_ref()).map_or(now, |t| t.0);
-    done.checked_add(SignedDuration::from_secs(i64::from(run.spec.ttl_seconds_after_finished)))
-        .unwrap_or(done)
+    let done = status
+        .and_then(|s| s.completion_time.as_ref())
+        .map_or(now, |t| t.0);
+    done.checked_add(SignedDuration::from_secs(i64::from(
+        run.spec.ttl_seconds_after_finished,
+    )))
+    .unwrap_or(done)
 }
 
 /// Requeue for exactly `at` (rounded up to the millisecond, so the wake-up is never early).
@@ -373,7 +504,9 @@ pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
     }
     let nanos = wait.as_nanos();
     let millis = nanos / 1_000_000 + i128::from(nanos % 1_000_000 != 0);
-    Action::requeue(Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX)))
+    Action::requeue(Duration::from_millis(
+        u64::try_from(millis).unwrap_or(u64::MAX),
+    ))
 }
 
 /// Keeps the run's outcome on the Tenant before the RunJob goes. Idempotent by uid; the
@@ -389,7 +522,11 @@ async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> Resu
         "metadata": { "resourceVersion": tenant.resource_version() },
         "status": { "history": history },
     });
-    match ctx.tenants().patch_status(&name_of(tenant)?, &write_params(), &Patch::Merge(&patch)).await {
+    match ctx
+        .tenants()
+        .patch_status(&name_of(tenant)?, &write_params(), &Patch::Merge(&patch))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),

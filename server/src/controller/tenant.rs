@@ -58,23 +58,32 @@ struct Finished<'a> {
 }
 
 /// Latest finished Provision run, considering both live RunJobs and the history on the tenant.
-fn latest_finished_provision<'a>(runs: &'a [Arc<RunJob>], history: &'a [RunRecord]) -> Option<Finished<'a>> {
-    let live = runs.iter().filter(|r| r.spec.action == RunAction::Provision).filter_map(|r| {
-        let status = r.status.as_ref()?;
-        let phase = status.phase.filter(|p| p.is_finished())?;
-        Some(Finished {
-            name: r.metadata.name.as_deref().unwrap_or_default(),
-            phase,
-            message: status.message.as_deref().unwrap_or_default(),
-            at: status.completion_time.as_ref().map(|t| t.0),
-        })
-    });
-    let recorded = history.iter().filter(|h| h.action == RunAction::Provision).map(|h| Finished {
-        name: &h.name,
-        phase: h.phase,
-        message: &h.message,
-        at: Some(h.finished_at.0),
-    });
+fn latest_finished_provision<'a>(
+    runs: &'a [Arc<RunJob>],
+    history: &'a [RunRecord],
+) -> Option<Finished<'a>> {
+    let live = runs
+        .iter()
+        .filter(|r| r.spec.action == RunAction::Provision)
+        .filter_map(|r| {
+            let status = r.status.as_ref()?;
+            let phase = status.phase.filter(|p| p.is_finished())?;
+            Some(Finished {
+                name: r.metadata.name.as_deref().unwrap_or_default(),
+                phase,
+                message: status.message.as_deref().unwrap_or_default(),
+                at: status.completion_time.as_ref().map(|t| t.0),
+            })
+        });
+    let recorded = history
+        .iter()
+        .filter(|h| h.action == RunAction::Provision)
+        .map(|h| Finished {
+            name: &h.name,
+            phase: h.phase,
+            message: &h.message,
+            at: Some(h.finished_at.0),
+        });
     live.chain(recorded).max_by_key(|f| f.at)
 }
 
@@ -92,7 +101,10 @@ pub fn provision_runs(runs: &[Arc<RunJob>], history: &[RunRecord]) -> ProvisionR
 /// one so fields written by others (provisioner, RunJob controller) are carried over untouched.
 pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> TenantStatus {
     let current = tenant.status.clone().unwrap_or_default();
-    let database = current.click_house_database_name.as_deref().filter(|d| !d.is_empty());
+    let database = current
+        .click_house_database_name
+        .as_deref()
+        .filter(|d| !d.is_empty());
     let provision = provision_runs(runs, &current.history);
     let phase = phase(tenant.spec.suspended, database, provision);
     let generation = tenant.metadata.generation;
@@ -109,25 +121,71 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         TenantPhase::Pending => "Not provisioned yet: start a Provision run".to_owned(),
     };
     let c = &mut desired.conditions;
-    set_condition(c, "Ready", (phase == TenantPhase::Active).into(), phase.as_str(), &ready_message, generation, now);
+    set_condition(
+        c,
+        "Ready",
+        (phase == TenantPhase::Active).into(),
+        phase.as_str(),
+        &ready_message,
+        generation,
+        now,
+    );
 
     let (provisioned, reason, message) = match (database, phase) {
-        (Some(db), _) => (true, "DatabaseReady", format!("Provisioner reported database {db}")),
-        (None, TenantPhase::Provisioning) => (false, "Provisioning", "A Provision run is in progress".to_owned()),
-        (None, TenantPhase::Failed) => (false, "ProvisionFailed", failed_message(runs, &current.history)),
-        (None, _) => (false, "NotProvisioned", "No successful Provision run yet".to_owned()),
+        (Some(db), _) => (
+            true,
+            "DatabaseReady",
+            format!("Provisioner reported database {db}"),
+        ),
+        (None, TenantPhase::Provisioning) => (
+            false,
+            "Provisioning",
+            "A Provision run is in progress".to_owned(),
+        ),
+        (None, TenantPhase::Failed) => (
+            false,
+            "ProvisionFailed",
+            failed_message(runs, &current.history),
+        ),
+        (None, _) => (
+            false,
+            "NotProvisioned",
+            "No successful Provision run yet".to_owned(),
+        ),
     };
-    set_condition(c, "Provisioned", provisioned.into(), reason, &message, generation, now);
+    set_condition(
+        c,
+        "Provisioned",
+        provisioned.into(),
+        reason,
+        &message,
+        generation,
+        now,
+    );
 
     if database.is_some() {
         let locked = current.access_locked.unwrap_or(false);
         let (reason, message) = match (locked, tenant.spec.suspended) {
             (true, true) => ("LoginsLocked", "ClickHouse logins are locked"),
             (false, false) => ("LoginsAllowed", "ClickHouse logins are allowed"),
-            (false, true) => ("Locking", "Suspended; a Suspend run is locking ClickHouse logins"),
-            (true, false) => ("Unlocking", "Resumed; a Resume run is unlocking ClickHouse logins"),
+            (false, true) => (
+                "Locking",
+                "Suspended; a Suspend run is locking ClickHouse logins",
+            ),
+            (true, false) => (
+                "Unlocking",
+                "Resumed; a Resume run is unlocking ClickHouse logins",
+            ),
         };
-        set_condition(c, "AccessLocked", ConditionStatus::from(locked), reason, message, generation, now);
+        set_condition(
+            c,
+            "AccessLocked",
+            ConditionStatus::from(locked),
+            reason,
+            message,
+            generation,
+            now,
+        );
     }
     desired
 }
@@ -146,15 +204,22 @@ pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunActi
     if !tenant.is_provisioned() || tenant.spec.suspended == tenant.access_locked() {
         return None;
     }
-    let lock_action = |r: &Arc<RunJob>| matches!(r.spec.action, RunAction::Suspend | RunAction::Resume);
+    let lock_action =
+        |r: &Arc<RunJob>| matches!(r.spec.action, RunAction::Suspend | RunAction::Resume);
     if runs.iter().any(|r| lock_action(r) && r.is_in_flight()) {
         return None;
     }
-    let action = if tenant.spec.suspended { RunAction::Suspend } else { RunAction::Resume };
+    let action = if tenant.spec.suspended {
+        RunAction::Suspend
+    } else {
+        RunAction::Resume
+    };
     let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
     let generation = tenant.metadata.generation.unwrap_or(1).max(0) as u64;
     let name = tenant_name.run_job(action.as_str(), generation);
-    let already_made = runs.iter().any(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+    let already_made = runs
+        .iter()
+        .any(|r| r.metadata.name.as_deref() == Some(name.as_str()))
         || tenant.history().iter().any(|h| h.name == name);
     (!already_made).then_some((action, name))
 }
@@ -162,7 +227,9 @@ pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunActi
 /// A new RunJob for `tenant`, owned by it and carrying the RunJob controller's finalizer from birth
 /// (so the controller needs no extra write to add it).
 pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
-    let owner = tenant.controller_owner_ref(&()).expect("a stored tenant has a name and uid");
+    let owner = tenant
+        .controller_owner_ref(&())
+        .expect("a stored tenant has a name and uid");
     RunJob {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -171,9 +238,15 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
             finalizers: Some(vec![RUNJOB_FINALIZER.to_owned()]),
             labels: Some(
                 [
-                    ("app.kubernetes.io/managed-by".to_owned(), "sentry-tenants".to_owned()),
+                    (
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "sentry-tenants".to_owned(),
+                    ),
                     ("sentry.io/tenant".to_owned(), tenant.name_any()),
-                    ("sentry.io/action".to_owned(), action.as_str().to_lowercase()),
+                    (
+                        "sentry.io/action".to_owned(),
+                        action.as_str().to_lowercase(),
+                    ),
                 ]
                 .into(),
             ),
@@ -207,12 +280,18 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
     Ok(Action::await_change())
 }
 
-async fn create_lock_run(tenant: &Tenant, name: &str, action: RunAction, ctx: &Context) -> Result<()> {
+async fn create_lock_run(
+    tenant: &Tenant,
+    name: &str,
+    action: RunAction,
+    ctx: &Context,
+) -> Result<()> {
     let run = new_run_job(tenant, name, action);
     match ctx.runjobs().create(&PostParams::default(), &run).await {
         Ok(_) => {
             let note = format!("Created {} run {name}", action.as_str());
-            ctx.event(tenant, EventType::Normal, "RunCreated", note).await;
+            ctx.event(tenant, EventType::Normal, "RunCreated", note)
+                .await;
             Ok(())
         }
         // A previous reconcile (or another replica) made it: that is the outcome we wanted.
@@ -227,7 +306,10 @@ mod tests {
     use TenantPhase::*;
 
     fn runs(in_flight: bool, latest_failed: bool) -> ProvisionRuns {
-        ProvisionRuns { in_flight, latest_failed }
+        ProvisionRuns {
+            in_flight,
+            latest_failed,
+        }
     }
 
     /// Every combination of the three inputs, with the phase the rule list demands.

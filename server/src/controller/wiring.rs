@@ -39,7 +39,18 @@ impl Stores {
         let (tenants, tw) = reflector::store_shared(SHARED_BUFFER);
         let (runjobs, rw) = reflector::store_shared(SHARED_BUFFER);
         let (jobs, jw) = reflector::store_shared(SHARED_BUFFER);
-        (Stores { tenants, runjobs, jobs }, StoreWriters { tenants: tw, runjobs: rw, jobs: jw })
+        (
+            Stores {
+                tenants,
+                runjobs,
+                jobs,
+            },
+            StoreWriters {
+                tenants: tw,
+                runjobs: rw,
+                jobs: jw,
+            },
+        )
     }
 
     /// Resolves once every cache has had its first complete list.
@@ -82,7 +93,11 @@ pub async fn run_controllers(
     writers: StoreWriters,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    let StoreWriters { tenants: tw, runjobs: rw, jobs: jw } = writers;
+    let StoreWriters {
+        tenants: tw,
+        runjobs: rw,
+        jobs: jw,
+    } = writers;
     let ns = ctx.config.namespace.clone();
     let client = ctx.client.clone();
     let subscribe_tenants = tw.subscribe().expect("shared store");
@@ -90,32 +105,40 @@ pub async fn run_controllers(
     let subscribe_runs_b = rw.subscribe().expect("shared store");
     let subscribe_jobs = jw.subscribe().expect("shared store");
 
-    let tenant_watch = watcher(Api::<Tenant>::namespaced(client.clone(), &ns), watcher::Config::default())
-        .default_backoff()
-        .reflect_shared(tw)
-        .for_each(|_| futures::future::ready(()));
-    let run_watch = watcher(Api::<RunJob>::namespaced(client.clone(), &ns), watcher::Config::default())
-        .default_backoff()
-        .reflect_shared(rw)
-        .for_each(|_| futures::future::ready(()));
+    let tenant_watch = watcher(
+        Api::<Tenant>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect_shared(tw)
+    .for_each(|_| futures::future::ready(()));
+    let run_watch = watcher(
+        Api::<RunJob>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect_shared(rw)
+    .for_each(|_| futures::future::ready(()));
     let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let job_watch = watcher(Api::<Job>::namespaced(client, &ns), job_config)
         .default_backoff()
         .reflect_shared(jw)
         .for_each(|_| futures::future::ready(()));
 
-    let tenant_controller = Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
-        .watches_shared_stream(subscribe_runs_a, tenant_of_run)
-        .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(tenant::reconcile, report_error("tenant"), Arc::clone(&ctx))
-        .for_each(|result| log_result("tenant", result));
-    let run_controller = Controller::for_shared_stream(subscribe_runs_b, ctx.stores.runjobs.clone())
-        .owns_shared_stream(subscribe_jobs)
-        .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(runjob::reconcile, report_error("runjob"), Arc::clone(&ctx))
-        .for_each(|result| log_result("runjob", result));
+    let tenant_controller =
+        Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
+            .watches_shared_stream(subscribe_runs_a, tenant_of_run)
+            .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
+            .graceful_shutdown_on(shutdown.clone())
+            .run(tenant::reconcile, report_error("tenant"), Arc::clone(&ctx))
+            .for_each(|result| log_result("tenant", result));
+    let run_controller =
+        Controller::for_shared_stream(subscribe_runs_b, ctx.stores.runjobs.clone())
+            .owns_shared_stream(subscribe_jobs)
+            .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
+            .graceful_shutdown_on(shutdown.clone())
+            .run(runjob::reconcile, report_error("runjob"), Arc::clone(&ctx))
+            .for_each(|result| log_result("runjob", result));
 
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
     let watches = async {
@@ -127,7 +150,9 @@ pub async fn run_controllers(
     }
 }
 
-fn report_error<K>(controller: &'static str) -> impl Fn(Arc<K>, &super::Error, Arc<Context>) -> kube::runtime::controller::Action {
+fn report_error<K>(
+    controller: &'static str,
+) -> impl Fn(Arc<K>, &super::Error, Arc<Context>) -> kube::runtime::controller::Action {
     move |obj, error, ctx| {
         ctx.metrics.count_error(controller, error.kind());
         error_policy(obj, error, ctx)

@@ -72,14 +72,38 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_flips() {
         let mut conds = Vec::new();
-        set_condition(&mut conds, "Ready", false.into(), "Pending", "waiting", Some(1), at(100));
-        set_condition(&mut conds, "Ready", false.into(), "Provisioning", "running", Some(2), at(200));
+        set_condition(
+            &mut conds,
+            "Ready",
+            false.into(),
+            "Pending",
+            "waiting",
+            Some(1),
+            at(100),
+        );
+        set_condition(
+            &mut conds,
+            "Ready",
+            false.into(),
+            "Provisioning",
+            "running",
+            Some(2),
+            at(200),
+        );
         assert_eq!(conds.len(), 1);
         assert_eq!(conds[0].last_transition_time.0, at(100));
         assert_eq!(conds[0].reason, "Provisioning");
         assert_eq!(conds[0].observed_generation, Some(2));
 
-        set_condition(&mut conds, "Ready", true.into(), "Active", "ok", Some(2), at(300));
+        set_condition(
+            &mut conds,
+            "Ready",
+            true.into(),
+            "Active",
+            "ok",
+            Some(2),
+            at(300),
+        );
         assert_eq!(conds[0].status, "True");
         assert_eq!(conds[0].last_transition_time.0, at(300));
     }
@@ -88,8 +112,19 @@ mod tests {
     fn conditions_of_other_types_are_kept() {
         let mut conds = Vec::new();
         set_condition(&mut conds, "Ready", true.into(), "Active", "", None, at(1));
-        set_condition(&mut conds, "Provisioned", true.into(), "DatabaseReady", "", None, at(1));
-        assert_eq!(conds.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), ["Ready", "Provisioned"]);
+        set_condition(
+            &mut conds,
+            "Provisioned",
+            true.into(),
+            "DatabaseReady",
+            "",
+            None,
+            at(1),
+        );
+        assert_eq!(
+            conds.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(),
+            ["Ready", "Provisioned"]
+        );
     }
 
     #[test]

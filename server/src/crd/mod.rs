@@ -11,8 +11,8 @@ pub use condition::{Condition, ConditionStatus, set_condition};
 pub use runjob::{JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase};
 pub use tenant::{RunRecord, SecretRef, Tenant, TenantPhase, TenantSpec, TenantStatus};
 
-use kube::CustomResourceExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
 
 pub const GROUP: &str = "sentry.io";
 pub const VERSION: &str = "v1alpha1";
@@ -52,7 +52,9 @@ mod tests {
     /// `cargo run -q -- crd > manifests/crds/crds.yaml`.
     #[test]
     fn committed_crds_match_the_rust_types() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(CRDS_FILE);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(CRDS_FILE);
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             committed == crds_yaml(),
@@ -63,7 +65,10 @@ mod tests {
     #[test]
     fn tenant_name_rule_in_the_crd_matches_the_rust_rule() {
         let yaml = crds_yaml();
-        assert!(yaml.contains(&format!("self.metadata.name.size() <= {}", crate::names::MAX_TENANT_NAME)));
+        assert!(yaml.contains(&format!(
+            "self.metadata.name.size() <= {}",
+            crate::names::MAX_TENANT_NAME
+        )));
         assert!(yaml.contains(&format!("matches('{}')", crate::names::TENANT_NAME_PATTERN)));
         assert!(yaml.contains(&format!("matches('{}')", crate::names::DNS_LABEL_PATTERN)));
     }

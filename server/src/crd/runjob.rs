@@ -108,7 +108,9 @@ impl std::str::FromStr for RunAction {
         Self::ALL
             .into_iter()
             .find(|a| a.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown action {s:?}: expected one of Provision, Suspend, Resume"))
+            .ok_or_else(|| {
+                format!("unknown action {s:?}: expected one of Provision, Suspend, Resume")
+            })
     }
 }
 

@@ -68,7 +68,9 @@ pub struct TenantStatus {
     pub history: Vec<RunRecord>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, PartialOrd, Ord)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, PartialOrd, Ord,
+)]
 pub enum TenantPhase {
     Pending,
     Provisioning,
@@ -133,10 +135,16 @@ impl Tenant {
     }
 
     pub fn access_locked(&self) -> bool {
-        self.status.as_ref().and_then(|s| s.access_locked).unwrap_or(false)
+        self.status
+            .as_ref()
+            .and_then(|s| s.access_locked)
+            .unwrap_or(false)
     }
 
     pub fn history(&self) -> &[RunRecord] {
-        self.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default()
+        self.status
+            .as_ref()
+            .map(|s| s.history.as_slice())
+            .unwrap_or_default()
     }
 }

@@ -36,7 +36,10 @@ async fn readyz(State(state): State<ProbeState>) -> impl IntoResponse {
 
 async fn metrics(State(state): State<ProbeState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics.render(&state.stores),
     )
 }
