@@ -96,7 +96,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// A missing CRD shows up as a 404 on the resource itself; listing one tenant needs no permission beyond
 /// what the operator already has (it holds no cluster-scoped read of CRDs).
-async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Result<()> {
+pub async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Result<()> {
     let tenants: Api<Tenant> = Api::namespaced(client.clone(), namespace);
     match tenants.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
