@@ -30,6 +30,8 @@ pub enum Command {
     Run(Box<crate::operator::RunArgs>),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
+    /// Provision, suspend or resume one tenant in ClickHouse and record it on the Tenant (what RunJob pods run).
+    ProvisionTenant(Box<crate::provision::ProvisionArgs>),
 }
 
 pub fn main() -> std::process::ExitCode {
@@ -40,6 +42,7 @@ pub fn main() -> std::process::ExitCode {
             print!("{}", crate::crd::crds_yaml());
             Ok(())
         }
+        Command::ProvisionTenant(args) => runtime().block_on(crate::provision::main(*args)),
         Command::Run(args) => runtime().block_on(crate::operator::run(*args)),
     };
     match result {

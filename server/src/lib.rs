@@ -9,6 +9,7 @@ pub mod crd;
 pub mod leader;
 pub mod names;
 pub mod operator;
+pub mod provision;
 pub mod telemetry;
 pub mod web;
 

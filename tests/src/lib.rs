@@ -528,3 +528,120 @@ pub fn requeue_secs(action: &Action) -> Option<f64> {
         _ => return None,
     })
 }
+
+/// The ClickHouse seam for provisioner tests that need no server: records every statement and keeps
+/// just enough state (users and their password hashes) to answer the provisioner's two questions.
+/// What real ClickHouse does with these statements is tested against Debian's server and chdb's parser.
+pub mod clickhouse_seam {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use sentry_tenants::provision::{ChError, ClickHouse, sha256_hex};
+
+    #[derive(Default)]
+    struct State {
+        statements: Vec<String>,
+        users: HashMap<String, String>,
+        fail_with: Option<ChError>,
+    }
+
+    #[derive(Clone)]
+    pub struct RecordingClickHouse {
+        version: String,
+        state: Arc<Mutex<State>>,
+    }
+
+    impl RecordingClickHouse {
+        pub fn new(version: &str) -> Self {
+            Self {
+                version: version.to_owned(),
+                state: Arc::default(),
+            }
+        }
+        pub fn statements(&self) -> Vec<String> {
+            self.state.lock().unwrap().statements.clone()
+        }
+        pub fn ddl(&self) -> Vec<String> {
+            self.statements()
+                .into_iter()
+                .filter(|s| !s.starts_with("SELECT"))
+                .collect()
+        }
+        pub fn clear(&self) {
+            self.state.lock().unwrap().statements.clear();
+        }
+        /// A user that exists in ClickHouse with some password (made by hand, or by a lost run).
+        pub fn add_user(&self, user: &str, password: &str) {
+            self.state
+                .lock()
+                .unwrap()
+                .users
+                .insert(user.to_owned(), sha256_hex(password));
+        }
+        pub fn user_hash(&self, user: &str) -> Option<String> {
+            self.state.lock().unwrap().users.get(user).cloned()
+        }
+        /// Every later query fails with `error` until `recover`.
+        pub fn fail(&self, error: ChError) {
+            self.state.lock().unwrap().fail_with = Some(error);
+        }
+        pub fn recover(&self) {
+            self.state.lock().unwrap().fail_with = None;
+        }
+    }
+
+    fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
+        let rest = &sql[sql.find(marker)? + marker.len()..];
+        let quote = rest.chars().next()?;
+        let rest = &rest[1..];
+        Some(&rest[..rest.find(quote)?])
+    }
+
+    impl ClickHouse for RecordingClickHouse {
+        async fn query(&self, sql: &str) -> Result<String, ChError> {
+            let mut st = self.state.lock().unwrap();
+            if let Some(e) = st.fail_with.clone() {
+                return Err(e);
+            }
+            st.statements.push(sql.to_owned());
+            if sql == "SELECT version()" {
+                return Ok(format!("{}\n", self.version));
+            }
+            if sql.starts_with("SELECT count() FROM system.users") {
+                let user = quoted_after(sql, "name = ").unwrap_or_default();
+                return Ok(format!("{}\n", u8::from(st.users.contains_key(user))));
+            }
+            if sql.starts_with("CREATE USER IF NOT EXISTS ") {
+                let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
+                    .unwrap_or_default()
+                    .to_owned();
+                let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
+                st.users.entry(user).or_insert(hash);
+            } else if sql.starts_with("ALTER USER ") && sql.contains(" BY ") {
+                let user = quoted_after(sql, "ALTER USER ")
+                    .unwrap_or_default()
+                    .to_owned();
+                let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
+                st.users.insert(user, hash);
+            }
+            Ok(String::new())
+        }
+
+        async fn query_as(
+            &self,
+            user: &str,
+            password: &str,
+            _sql: &str,
+        ) -> Result<String, ChError> {
+            let st = self.state.lock().unwrap();
+            match st.users.get(user) {
+                Some(hash) if *hash == sha256_hex(password) => Ok(format!("{user}\n")),
+                _ => Err(ChError::Server {
+                    status: 516,
+                    code: Some(516),
+                    message: "Authentication failed".into(),
+                }),
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Every way a provisioning run can fail, each as one actionable line: it becomes the RunJob's message.
+
+use super::clickhouse::{ChError, codes};
+use super::sql::MIN_VERSION;
+use crate::names::NameError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error(transparent)]
+    InvalidName(#[from] NameError),
+    #[error(
+        "ClickHouse at {url} is unreachable: {detail} (check --clickhouse-url and that the server is running)"
+    )]
+    Unreachable { url: String, detail: String },
+    #[error(
+        "ClickHouse rejected the admin credentials ({message}): check the username and password in the admin Secret"
+    )]
+    AuthFailed { message: String },
+    #[error(
+        "ClickHouse {version} is too old: it has no SQL access control (CREATE USER, GRANT); sentry-tenants needs ClickHouse {}.{} or newer",
+        MIN_VERSION.0,
+        MIN_VERSION.1
+    )]
+    ServerTooOld { version: String },
+    #[error(
+        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER and the tenant privileges WITH GRANT OPTION"
+    )]
+    PermissionDenied { message: String },
+    #[error("ClickHouse refused a statement: {message}")]
+    ClickHouse { message: String },
+    #[error("tenant {name:?} does not exist in namespace {namespace:?}")]
+    TenantMissing { name: String, namespace: String },
+    #[error("tenant {name:?} is being deleted; nothing to do")]
+    TenantDeleting { name: String },
+    #[error("tenant {name:?} is not provisioned yet: run Provision first")]
+    NotProvisioned { name: String },
+    #[error(
+        "ClickHouse user {user} does not exist although tenant {name:?} is provisioned: run Provision with --rotate to recreate its credentials deliberately"
+    )]
+    UserMissing { name: String, user: String },
+    #[error(
+        "ClickHouse user {user} exists but its credentials Secret {secret} is gone: refusing to rotate the password (open connections would break). To set a new password deliberately, run `sentry-tenants provision-tenant {tenant} --rotate`"
+    )]
+    WouldRotate {
+        tenant: String,
+        user: String,
+        secret: String,
+    },
+    #[error(
+        "ClickHouse user {user} does not accept the password in Secret {secret} (it was created some other way): refusing to rotate it. To take it over deliberately, run `sentry-tenants provision-tenant {tenant} --rotate`"
+    )]
+    PasswordMismatch {
+        tenant: String,
+        user: String,
+        secret: String,
+    },
+    #[error(
+        "Secret {secret} has no usable `password` key; delete it and re-run with --rotate to issue new credentials"
+    )]
+    BadSecret { secret: String },
+    #[error("Kubernetes API: cannot {action}: {detail}")]
+    Kubernetes { action: String, detail: String },
+    #[error("cannot generate a password: the system's random source failed")]
+    Random,
+}
+
+impl ProvisionError {
+    /// Maps a ClickHouse failure to the class an operator acts on.
+    pub fn from_clickhouse(url: &str, error: ChError) -> Self {
+        match error {
+            ChError::Unreachable(detail) => Self::Unreachable {
+                url: url.to_owned(),
+                detail,
+            },
+            ChError::Server {
+                status,
+                code,
+                message,
+            } => match code {
+                Some(
+                    codes::UNKNOWN_USER
+                    | codes::WRONG_PASSWORD
+                    | codes::AUTHENTICATION_FAILED
+                    | codes::IP_ADDRESS_NOT_ALLOWED,
+                ) => Self::AuthFailed { message },
+                None if status == 401 || status == 403 => Self::AuthFailed { message },
+                Some(codes::ACCESS_DENIED) => Self::PermissionDenied { message },
+                _ => Self::ClickHouse { message },
+            },
+        }
+    }
+
+    /// Maps a Kubernetes API failure, naming what we were doing and, for 403s, the missing permission.
+    pub fn kube(action: impl Into<String>, error: kube::Error) -> Self {
+        let action = action.into();
+        let detail = match &error {
+            kube::Error::Api(s) if s.code == 403 => {
+                format!(
+                    "forbidden: the provisioner's ServiceAccount lacks the permission to {action} ({})",
+                    s.message
+                )
+            }
+            kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+            other => other.to_string(),
+        };
+        Self::Kubernetes { action, detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(status: u16, code: Option<u32>) -> ChError {
+        ChError::Server {
+            status,
+            code,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn clickhouse_failures_are_classified() {
+        let c = |e| ProvisionError::from_clickhouse("http://ch:8123", e);
+        assert!(matches!(
+            c(ChError::Unreachable("refused".into())),
+            ProvisionError::Unreachable { .. }
+        ));
+        assert!(matches!(
+            c(server(401, Some(193))),
+            ProvisionError::AuthFailed { .. }
+        ));
+        assert!(matches!(
+            c(server(500, Some(516))),
+            ProvisionError::AuthFailed { .. }
+        ));
+        assert!(matches!(
+            c(server(403, None)),
+            ProvisionError::AuthFailed { .. }
+        ));
+        assert!(matches!(
+            c(server(500, Some(497))),
+            ProvisionError::PermissionDenied { .. }
+        ));
+        assert!(matches!(
+            c(server(400, Some(62))),
+            ProvisionError::ClickHouse { .. }
+        ));
+    }
+
+    #[test]
+    fn messages_are_one_line_and_say_what_to_do() {
+        let e = ProvisionError::ServerTooOld {
+            version: "18.16.1".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "ClickHouse 18.16.1 is too old: it has no SQL access control (CREATE USER, GRANT); sentry-tenants needs ClickHouse 20.4 or newer"
+        );
+        let e = ProvisionError::WouldRotate {
+            tenant: "acme".into(),
+            user: "u".into(),
+            secret: "s".into(),
+        };
+        assert!(e.to_string().contains("--rotate") && !e.to_string().contains('\n'));
+    }
+}

@@ -1,0 +1,383 @@
+//! `sentry-tenants provision-tenant`: the single real actor of tenant provisioning. Only it talks to
+//! ClickHouse, and only it writes the status fields that make a tenant Active. It runs inside the Job a
+//! RunJob creates, and by hand with a kubeconfig.
+//!
+//! Order makes every step safe to retry: the credentials Secret is written *before* the user is created,
+//! so a crash never leaves a ClickHouse user whose password nobody knows; an existing Secret's password
+//! is always reused; a user whose Secret is gone is an error, never a silent rotation.
+
+pub mod clickhouse;
+pub mod error;
+pub mod sql;
+mod tenant_sync;
+
+pub use clickhouse::{Auth, ChError, ClickHouse, HttpClickHouse};
+pub use error::ProvisionError;
+pub use tenant_sync::{PASSWORD_KEY, TenantSync};
+
+use std::io::Write as _;
+
+use clap::Args;
+
+use crate::crd::{RunAction, Tenant};
+use crate::names::TenantName;
+use sql::{MIN_VERSION, TenantIdents, parse_version};
+
+/// Field manager of every write the provisioner makes.
+pub const MANAGER: &str = "sentry-tenants-provisioner";
+
+#[derive(Args, Debug, Clone)]
+pub struct ProvisionArgs {
+    /// The tenant (its name in the namespace).
+    #[arg(env = "SENTRY_TENANTS_TENANT")]
+    pub tenant: String,
+    /// What to do.
+    #[arg(long, env = "SENTRY_TENANTS_ACTION", default_value = "provision", value_parser = parse_action)]
+    pub action: RunAction,
+    /// Namespace of the Tenant.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_NAMESPACE",
+        default_value = "sentry-tenants"
+    )]
+    pub namespace: String,
+    /// ClickHouse HTTP endpoint; also written into the tenant's credentials Secret.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_CLICKHOUSE_URL",
+        default_value = "http://clickhouse:8123"
+    )]
+    pub clickhouse_url: String,
+    /// ClickHouse admin user.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_CLICKHOUSE_USER",
+        default_value = "default",
+        hide_env_values = true
+    )]
+    pub clickhouse_user: String,
+    /// ClickHouse admin password (prefer the environment variable: flags show up in `ps`).
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_CLICKHOUSE_PASSWORD",
+        default_value = "",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    pub clickhouse_password: String,
+    /// How credentials are sent over HTTP.
+    #[arg(long, value_enum, default_value = "headers")]
+    pub clickhouse_auth: Auth,
+    /// Root under which the tenant's Tantivy index path is derived (`<root>/<tenant>`).
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_TANTIVY_ROOT",
+        default_value = "/var/lib/sentry/tantivy"
+    )]
+    pub tantivy_root: String,
+    /// Deliberately issue a new password (never the default): updates the user and the Secret.
+    #[arg(long)]
+    pub rotate: bool,
+    /// Print the SQL statements, one a line, password redacted, and execute nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Id of the RunJob this run belongs to (for logs).
+    #[arg(long, env = "SENTRY_TENANTS_RUN_ID", hide = true)]
+    pub run_id: Option<String>,
+    /// Where Kubernetes reads a failed container's message from.
+    #[arg(long, default_value = "/dev/termination-log", hide = true)]
+    pub termination_log: std::path::PathBuf,
+}
+
+fn parse_action(s: &str) -> Result<RunAction, String> {
+    s.parse()
+}
+
+/// What a successful run did, for the log line and the Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Provisioned {
+        database: String,
+        created_credentials: bool,
+    },
+    /// Already Active: no DDL, status fields re-synced.
+    Resynced {
+        database: String,
+    },
+    Rotated {
+        database: String,
+    },
+    Locked,
+    Unlocked,
+}
+
+impl Outcome {
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Provisioned {
+                database,
+                created_credentials: true,
+            } => format!("provisioned database {database} with new credentials"),
+            Self::Provisioned {
+                database,
+                created_credentials: false,
+            } => {
+                format!("provisioned database {database} with the credentials already on file")
+            }
+            Self::Resynced { database } => {
+                format!("already provisioned ({database}); status re-synced, no DDL run")
+            }
+            Self::Rotated { database } => format!("rotated the credentials of {database}"),
+            Self::Locked => "ClickHouse logins locked".to_owned(),
+            Self::Unlocked => "ClickHouse logins unlocked".to_owned(),
+        }
+    }
+}
+
+/// The provisioner: a ClickHouse connection and the Kubernetes side (tenant, Secret, status).
+pub struct Provisioner<C> {
+    pub clickhouse: C,
+    pub clickhouse_url: String,
+    pub sync: TenantSync,
+    pub rotate: bool,
+}
+
+impl<C: ClickHouse> Provisioner<C> {
+    pub async fn run(
+        &self,
+        name: &TenantName,
+        action: RunAction,
+    ) -> Result<Outcome, ProvisionError> {
+        let tenant = self.sync.tenant(name).await?;
+        let ids = TenantIdents::for_tenant(name).expect("derived from a validated tenant name");
+        match action {
+            RunAction::Provision => self.provision(name, &tenant, &ids).await,
+            RunAction::Suspend | RunAction::Resume => {
+                self.set_locked(name, &tenant, &ids, action == RunAction::Suspend)
+                    .await
+            }
+        }
+    }
+
+    async fn provision(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<Outcome, ProvisionError> {
+        let database = ids.database.as_str().to_owned();
+        let locked = tenant.spec.suspended;
+        // An Active tenant's user is never re-provisioned: only its status is re-synced (retrying a failed
+        // sync, back-filling an old tenant).
+        if tenant.is_provisioned() && !self.rotate {
+            self.sync.existing_password(name).await?.ok_or_else(|| {
+                ProvisionError::WouldRotate {
+                    tenant: name.to_string(),
+                    user: ids.user.as_str().to_owned(),
+                    secret: name.credentials_secret(),
+                }
+            })?;
+            self.sync
+                .report(name, tenant, tenant.access_locked())
+                .await?;
+            return Ok(Outcome::Resynced { database });
+        }
+
+        self.check_version().await?;
+        let user_exists = self.user_exists(ids).await?;
+        let on_file = self.sync.existing_password(name).await?;
+        let (password, created) = match (on_file, user_exists, self.rotate) {
+            (Some(password), _, false) => (password, false),
+            (None, true, false) => {
+                return Err(ProvisionError::WouldRotate {
+                    tenant: name.to_string(),
+                    user: ids.user.as_str().to_owned(),
+                    secret: name.credentials_secret(),
+                });
+            }
+            // A deliberate rotation of credentials on file.
+            (Some(_), _, true) => {
+                let password = tenant_sync::generate_password()?;
+                self.sync.replace_password(name, &password).await?;
+                (password, true)
+            }
+            // New credentials: on file *before* the user exists, so no crash can lose them. If another
+            // run stored some first, theirs are used.
+            (None, _, _) => {
+                let password = tenant_sync::generate_password()?;
+                let stored = self
+                    .sync
+                    .store_password(name, tenant, &self.clickhouse_url, &password)
+                    .await?;
+                let created = stored == password;
+                (stored, created)
+            }
+        };
+        let hash = sha256_hex(&password);
+        for statement in sql::provision(ids, &hash, locked) {
+            self.exec(&statement.sql).await?;
+        }
+        let rotated = self.rotate && user_exists;
+        if rotated {
+            self.exec(&sql::rotate(ids, &hash).sql).await?;
+        }
+        if !locked {
+            self.verify_login(name, ids, &password).await?;
+        }
+        self.sync.report(name, tenant, locked).await?;
+        Ok(if rotated {
+            Outcome::Rotated { database }
+        } else {
+            Outcome::Provisioned {
+                database,
+                created_credentials: created,
+            }
+        })
+    }
+
+    async fn set_locked(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+        locked: bool,
+    ) -> Result<Outcome, ProvisionError> {
+        if !tenant.is_provisioned() {
+            return Err(ProvisionError::NotProvisioned {
+                name: name.to_string(),
+            });
+        }
+        self.check_version().await?;
+        if !self.user_exists(ids).await? {
+            return Err(ProvisionError::UserMissing {
+                name: name.to_string(),
+                user: ids.user.as_str().to_owned(),
+            });
+        }
+        self.exec(&sql::set_locked(ids, locked).sql).await?;
+        self.sync.report(name, tenant, locked).await?;
+        Ok(if locked {
+            Outcome::Locked
+        } else {
+            Outcome::Unlocked
+        })
+    }
+
+    async fn exec(&self, sql: &str) -> Result<String, ProvisionError> {
+        self.clickhouse
+            .query(sql)
+            .await
+            .map_err(|e| ProvisionError::from_clickhouse(&self.clickhouse_url, e))
+    }
+
+    /// Refuses servers without SQL access control before anything is written anywhere.
+    pub async fn check_version(&self) -> Result<String, ProvisionError> {
+        let version = self
+            .exec(&sql::select_version().sql)
+            .await?
+            .trim()
+            .to_owned();
+        match parse_version(&version) {
+            Some(v) if v >= MIN_VERSION => Ok(version),
+            _ => Err(ProvisionError::ServerTooOld { version }),
+        }
+    }
+
+    async fn user_exists(&self, ids: &TenantIdents) -> Result<bool, ProvisionError> {
+        Ok(self.exec(&sql::user_exists(&ids.user).sql).await?.trim() != "0")
+    }
+
+    /// The credentials on file must really log in; a user made some other way with another password
+    /// is reported, not overwritten.
+    async fn verify_login(
+        &self,
+        name: &TenantName,
+        ids: &TenantIdents,
+        password: &str,
+    ) -> Result<(), ProvisionError> {
+        match self
+            .clickhouse
+            .query_as(ids.user.as_str(), password, "SELECT currentUser()")
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(ChError::Server {
+                code:
+                    Some(
+                        clickhouse::codes::AUTHENTICATION_FAILED
+                        | clickhouse::codes::WRONG_PASSWORD,
+                    ),
+                ..
+            })
+            | Err(ChError::Server { status: 401, .. }) => Err(ProvisionError::PasswordMismatch {
+                tenant: name.to_string(),
+                user: ids.user.as_str().to_owned(),
+                secret: name.credentials_secret(),
+            }),
+            Err(e) => Err(ProvisionError::from_clickhouse(&self.clickhouse_url, e)),
+        }
+    }
+}
+
+pub fn sha256_hex(password: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, password.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The statements `--dry-run` prints: the plan for a tenant that is not suspended, password redacted.
+pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
+    let name = TenantName::parse(&args.tenant)?;
+    let ids = TenantIdents::for_tenant(&name).expect("derived from a validated tenant name");
+    Ok(sql::plan(args.action, &ids, "<redacted>", false)
+        .iter()
+        .map(ToString::to_string)
+        .collect())
+}
+
+/// The subcommand: dry-run, or a real run whose failure is one line on stderr and in the termination log.
+pub async fn main(args: ProvisionArgs) -> anyhow::Result<()> {
+    if args.dry_run {
+        let mut out = std::io::stdout().lock();
+        for line in dry_run(&args)? {
+            writeln!(out, "{line};")?;
+        }
+        return Ok(());
+    }
+    let result = run(&args).await;
+    match &result {
+        Ok(outcome) => {
+            tracing::info!(tenant = %args.tenant, action = args.action.as_str(), run_id = ?args.run_id, "{}", outcome.describe())
+        }
+        Err(error) => {
+            // Kubernetes copies this file into the pod status; the RunJob controller makes it the run's message.
+            let _ = std::fs::write(&args.termination_log, error.to_string());
+        }
+    }
+    result.map(|_| ()).map_err(anyhow::Error::from)
+}
+
+async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
+    let name = TenantName::parse(&args.tenant)?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| ProvisionError::kube("load a Kubernetes configuration", e))?;
+    let clickhouse = HttpClickHouse::new(
+        &args.clickhouse_url,
+        &args.clickhouse_user,
+        &args.clickhouse_password,
+        args.clickhouse_auth,
+    )
+    .map_err(|e| ProvisionError::from_clickhouse(&args.clickhouse_url, e))?;
+    let provisioner = Provisioner {
+        clickhouse,
+        clickhouse_url: args.clickhouse_url.clone(),
+        sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
+        rotate: args.rotate,
+    };
+    let outcome = provisioner.run(&name, args.action).await?;
+    provisioner.sync.announce(&name, &outcome).await;
+    Ok(outcome)
+}

@@ -1,0 +1,468 @@
+//! The provisioner's idempotency, never-rotate and status-sync rules, against the in-memory Kubernetes
+//! API and the recording ClickHouse seam. Real-server behaviour is in `clickhouse_live.rs`, statement
+//! syntax in `clickhouse_parser.rs`.
+
+use http::Method;
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use sentry_tenants::crd::{RunAction, TenantPhase};
+use sentry_tenants::names::TenantName;
+use sentry_tenants::provision::{
+    ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync, sha256_hex,
+};
+use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
+use sentry_tenants_tests::{Cluster, NS};
+use serde_json::json;
+
+const MODERN: &str = "24.8.4.13";
+
+fn provisioner(
+    c: &Cluster,
+    ch: &RecordingClickHouse,
+    rotate: bool,
+) -> Provisioner<RecordingClickHouse> {
+    Provisioner {
+        clickhouse: ch.clone(),
+        clickhouse_url: "http://clickhouse:8123".into(),
+        sync: TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy"),
+        rotate,
+    }
+}
+
+fn acme() -> TenantName {
+    TenantName::parse("acme").unwrap()
+}
+
+async fn password(c: &Cluster) -> Option<String> {
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get_opt("acme-clickhouse")
+        .await
+        .unwrap()?;
+    Some(String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap())
+}
+
+async fn clear_status(c: &Cluster) {
+    let patch = json!({"status": null});
+    c.tenants()
+        .patch_status("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn provision_stores_credentials_before_the_user_exists_and_reports_status() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let outcome = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    assert!(outcome.describe().contains("new credentials"));
+
+    let ddl = ch.ddl();
+    assert_eq!(ddl.len(), 3, "{ddl:#?}");
+    assert!(ddl[0].starts_with("CREATE DATABASE IF NOT EXISTS `tenant_acme`"));
+    assert!(ddl[1].starts_with(
+        "CREATE USER IF NOT EXISTS `tenant_acme_user` IDENTIFIED WITH sha256_hash BY '"
+    ));
+    assert!(ddl[2].starts_with("GRANT "));
+    let pw = password(&c).await.expect("Secret written");
+    assert_eq!(
+        ch.user_hash("tenant_acme_user"),
+        Some(sha256_hex(&pw)),
+        "the user logs in with the Secret's password"
+    );
+    assert!(
+        ch.statements().iter().all(|s| !s.contains(&pw)),
+        "the plaintext password never reaches ClickHouse"
+    );
+
+    // The Secret was created before the first DDL statement.
+    let writes: Vec<_> = c
+        .log
+        .writes()
+        .iter()
+        .map(|w| (w.method.clone(), w.resource().to_owned()))
+        .collect();
+    assert_eq!(writes[0], (Method::POST, "secrets".to_owned()));
+
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    let data = secret.data.clone().unwrap();
+    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert_eq!(
+        (text("url"), text("database"), text("username")),
+        (
+            "http://clickhouse:8123".into(),
+            "tenant_acme".into(),
+            "tenant_acme_user".into()
+        )
+    );
+    assert_eq!(
+        secret.owner_references()[0].kind,
+        "Tenant",
+        "deleting the tenant deletes its Secret"
+    );
+
+    let status = c.tenant("acme").await.status.unwrap();
+    assert_eq!(
+        status.click_house_database_name.as_deref(),
+        Some("tenant_acme")
+    );
+    assert_eq!(
+        status.click_house_secret_ref.unwrap().name,
+        "acme-clickhouse"
+    );
+    assert_eq!(
+        status.tantivy_index_path.as_deref(),
+        Some("/var/lib/sentry/tantivy/acme")
+    );
+    assert_eq!(status.access_locked, Some(false));
+    c.settle().await;
+    assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Active));
+}
+
+#[tokio::test]
+async fn a_hundred_reruns_leave_the_password_byte_identical() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let first = password(&c).await.unwrap();
+    for i in 0..100 {
+        // Every other run also loses the status sync, so the full DDL path runs again with the Secret on file.
+        if i % 2 == 0 {
+            clear_status(&c).await;
+        }
+        p.run(&acme(), RunAction::Provision).await.unwrap();
+        assert_eq!(
+            password(&c).await.unwrap(),
+            first,
+            "re-run {i} changed the password"
+        );
+    }
+    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&first)));
+    assert!(
+        ch.ddl().iter().all(|s| !s.starts_with("ALTER USER")),
+        "no rotation ever happened"
+    );
+}
+
+#[tokio::test]
+async fn a_user_without_its_secret_is_refused_not_rotated() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    ch.add_user("tenant_acme_user", "password-nobody-has-anymore");
+    let err = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProvisionError::WouldRotate { .. }), "{err}");
+    assert!(
+        err.to_string().contains("--rotate"),
+        "says how to recover deliberately: {err}"
+    );
+    assert!(ch.ddl().is_empty());
+    assert!(password(&c).await.is_none(), "no Secret written");
+    assert_eq!(
+        ch.user_hash("tenant_acme_user"),
+        Some(sha256_hex("password-nobody-has-anymore"))
+    );
+}
+
+#[tokio::test]
+async fn rotate_issues_new_credentials_only_when_asked() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    ch.add_user("tenant_acme_user", "lost");
+    provisioner(&c, &ch, true)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    let pw = password(&c).await.unwrap();
+    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&pw)));
+    assert!(
+        ch.ddl()
+            .iter()
+            .any(|s| s.starts_with("ALTER USER `tenant_acme_user` IDENTIFIED WITH sha256_hash"))
+    );
+    // Rotating an active tenant again replaces the password on file and in ClickHouse.
+    provisioner(&c, &ch, true)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    let rotated = password(&c).await.unwrap();
+    assert_ne!(rotated, pw);
+    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&rotated)));
+}
+
+#[tokio::test]
+async fn an_active_tenant_gets_no_ddl_but_its_status_is_resynced() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    // An old tenant, provisioned before the index path existed: back-fill it.
+    let patch = json!({"status": {"tantivyIndexPath": null}});
+    c.tenants()
+        .patch_status("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    ch.clear();
+    let outcome = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    assert!(outcome.describe().contains("no DDL"));
+    assert!(
+        ch.statements().is_empty(),
+        "ClickHouse not contacted: {:?}",
+        ch.statements()
+    );
+    assert_eq!(
+        c.tenant("acme")
+            .await
+            .status
+            .unwrap()
+            .tantivy_index_path
+            .as_deref(),
+        Some("/var/lib/sentry/tantivy/acme")
+    );
+}
+
+#[tokio::test]
+async fn spec_and_a_display_name_are_never_written() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let patch = json!({"spec": {"displayName": "Acme Corp (EU)"}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let ch = RecordingClickHouse::new(MODERN);
+    c.log.clear();
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Suspend)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.tenant("acme").await.spec.display_name.as_deref(),
+        Some("Acme Corp (EU)")
+    );
+    for w in c.log.writes().iter().filter(|w| w.resource() == "tenants") {
+        assert!(
+            w.path.ends_with("/status"),
+            "only status writes: {} {}",
+            w.method,
+            w.path
+        );
+        assert!(w.body.get("spec").is_none());
+    }
+}
+
+#[tokio::test]
+async fn an_old_server_is_refused_before_anything_is_written() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new("18.16.1");
+    let err = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProvisionError::ServerTooOld { .. }));
+    assert!(err.to_string().contains("needs ClickHouse 20.4 or newer"));
+    assert_eq!(ch.statements(), ["SELECT version()"]);
+    assert!(password(&c).await.is_none());
+}
+
+#[tokio::test]
+async fn suspend_locks_and_resume_unlocks_idempotently() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    let err = p.run(&acme(), RunAction::Suspend).await.unwrap_err();
+    assert!(
+        matches!(err, ProvisionError::NotProvisioned { .. }),
+        "{err}"
+    );
+
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    ch.clear();
+    for _ in 0..2 {
+        p.run(&acme(), RunAction::Suspend).await.unwrap();
+    }
+    assert_eq!(
+        ch.ddl(),
+        [
+            "ALTER USER `tenant_acme_user` HOST NONE",
+            "ALTER USER `tenant_acme_user` HOST NONE"
+        ]
+    );
+    assert_eq!(
+        c.tenant("acme").await.status.unwrap().access_locked,
+        Some(true)
+    );
+    p.run(&acme(), RunAction::Resume).await.unwrap();
+    assert_eq!(
+        ch.ddl().last().unwrap(),
+        "ALTER USER `tenant_acme_user` HOST ANY"
+    );
+    assert_eq!(
+        c.tenant("acme").await.status.unwrap().access_locked,
+        Some(false)
+    );
+}
+
+#[tokio::test]
+async fn a_suspended_tenant_is_provisioned_locked() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.set_suspended("acme", true).await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    assert!(ch.ddl()[1].contains("HOST NONE"));
+    assert_eq!(
+        c.tenant("acme").await.status.unwrap().access_locked,
+        Some(true)
+    );
+    c.settle().await;
+    assert_eq!(
+        c.log.creates_of("runjobs"),
+        0,
+        "already locked: no Suspend run needed"
+    );
+}
+
+#[tokio::test]
+async fn missing_tenant_and_foreign_password_are_clear_errors() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let err = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tenant \"acme\" does not exist in namespace \"sentry-tenants\""
+    );
+
+    c.create_tenant("acme").await;
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    clear_status(&c).await;
+    ch.add_user("tenant_acme_user", "someone-changed-it");
+    let err = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProvisionError::PasswordMismatch { .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_clickhouse_mid_provision_fails_classified_and_a_retry_reuses_the_credentials()
+{
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    ch.fail(ChError::Unreachable("connection refused".into()));
+    let err = p.run(&acme(), RunAction::Provision).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "ClickHouse at http://clickhouse:8123 is unreachable: connection refused (check --clickhouse-url and that the server is running)"
+    );
+    assert!(!c.tenant("acme").await.is_provisioned());
+    ch.recover();
+    ch.fail(ChError::Server {
+        status: 401,
+        code: Some(516),
+        message: "Code: 516. admin: Authentication failed".into(),
+    });
+    assert!(matches!(
+        p.run(&acme(), RunAction::Provision).await.unwrap_err(),
+        ProvisionError::AuthFailed { .. }
+    ));
+    ch.recover();
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let pw = password(&c).await.unwrap();
+    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&pw)));
+}
+
+/// The whole path: a Provision RunJob's Job runs the provisioner with the env the Job carries, and only
+/// the provisioner's status write makes the tenant Active.
+#[tokio::test]
+async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisioner() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
+    c.settle().await;
+    let job = c.job("acme-provision-1").await.unwrap();
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let var = |n: &str| {
+        env.iter()
+            .find(|e| e.name == n)
+            .and_then(|e| e.value.clone())
+            .unwrap()
+    };
+    let tenant = TenantName::parse(&var("SENTRY_TENANTS_TENANT")).unwrap();
+    let action: RunAction = var("SENTRY_TENANTS_ACTION").parse().unwrap();
+    let sync = TenantSync::new(
+        c.client.clone(),
+        &var("SENTRY_TENANTS_NAMESPACE"),
+        &var("SENTRY_TENANTS_TANTIVY_ROOT"),
+    );
+    let ch = RecordingClickHouse::new(MODERN);
+    c.job_running("acme-provision-1").await;
+    c.settle().await;
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Provisioning)
+    );
+
+    let p = Provisioner {
+        clickhouse: ch,
+        clickhouse_url: var("SENTRY_TENANTS_CLICKHOUSE_URL"),
+        sync,
+        rotate: false,
+    };
+    p.run(&tenant, action).await.unwrap();
+    c.job_succeeded("acme-provision-1").await;
+    c.settle().await;
+    assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Active));
+    c.clock.advance(SignedDuration::from_secs(300));
+    c.settle().await;
+    assert!(c.run("acme-provision-1").await.is_none());
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Active),
+        "still Active after cleanup"
+    );
+}
