@@ -11,8 +11,31 @@ toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
 if ! rustup toolchain list | grep -q "^${toolchain}"; then
   rustup toolchain install "$toolchain" --profile minimal
 fi
-rustup component add clippy rustfmt --toolchain "$toolchain" >/dev/null
+rustup component add clippy rustfmt --toolchain "$toolchain" 2>&1 | grep -v "is up to date" || true
 if ! rustup target list --installed --toolchain "$toolchain" | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown --toolchain "$toolchain"
 fi
 echo "setup: toolchain $toolchain with wasm32-unknown-unknown, clippy, rustfmt ready"
+
+# Debian packages the tests use: the real ClickHouse server (18.16) for the HTTP transport tests.
+missing=()
+[ -x /usr/sbin/clickhouse-server ] || missing+=(clickhouse-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # The package's post-install tries to start a service; there is none to start here, and the tests
+  # start their own server with a throwaway config.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: clickhouse-server $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo '?') ready"
+
+# A current ClickHouse SQL parser (chdb-core from PyPI), in a venv under target/ so it is cached with
+# the build and never committed.
+chdb_version=26.9.0
+venv=target/chdb-venv
+if ! "$venv/bin/python" -c "import chdb, sys; sys.exit(0 if chdb.__version__.startswith('${chdb_version%%.*}') else 1)" 2>/dev/null; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "chdb-core==${chdb_version}"
+fi
+echo "setup: chdb-core $chdb_version ready in $venv"

@@ -49,3 +49,95 @@ fn unknown_subcommand_is_rejected_with_usage() {
             .contains("unrecognized subcommand 'frobnicate'")
     );
 }
+
+#[test]
+fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhouse() {
+    let out = bin()
+        .args(["provision-tenant", "acme-corp", "--dry-run"])
+        .env("KUBECONFIG", "/nonexistent")
+        .env("SENTRY_TENANTS_CLICKHOUSE_URL", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert_eq!(lines[0], "SELECT version();");
+    assert_eq!(
+        lines[2],
+        "CREATE DATABASE IF NOT EXISTS `tenant_acme_corp`;"
+    );
+    assert!(
+        lines[3].contains("IDENTIFIED WITH sha256_hash BY '<redacted>'"),
+        "{}",
+        lines[3]
+    );
+    assert!(lines[4].starts_with("GRANT "));
+
+    let out = bin()
+        .args([
+            "provision-tenant",
+            "acme",
+            "--action",
+            "resume",
+            "--dry-run",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .ends_with("ALTER USER `tenant_acme_user` HOST ANY;\n")
+    );
+}
+
+#[test]
+fn provision_dry_run_still_validates_the_name_and_action() {
+    let out = bin()
+        .args(["provision-tenant", "Acme_Corp", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "error: tenant name \"Acme_Corp\" is invalid: use lowercase letters, digits and '-', start with a letter and end with a letter or digit\n"
+    );
+    let out = bin()
+        .args([
+            "provision-tenant",
+            "acme",
+            "--action",
+            "delete",
+            "--dry-run",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("expected one of Provision, Suspend, Resume")
+    );
+}
+
+#[test]
+fn provision_help_documents_every_option() {
+    let out = bin().args(["provision-tenant", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--action",
+        "--namespace",
+        "--clickhouse-url",
+        "--clickhouse-auth",
+        "--rotate",
+        "--dry-run",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from help");
+    }
+}

@@ -23,6 +23,8 @@ use sentry_tenants::telemetry::Metrics;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+pub mod clickhouse_server;
+
 pub const NS: &str = "sentry-tenants";
 
 /// One request the code under test sent.

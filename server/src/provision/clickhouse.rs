@@ -75,7 +75,8 @@ pub struct HttpClickHouse {
 impl HttpClickHouse {
     pub fn new(url: &str, user: &str, password: &str, auth: Auth) -> Result<Self, ChError> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
+            // Explicit provider: with more than one rustls backend in a build, the default is ambiguous.
+            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
             .map_err(|e| ChError::Unreachable(format!("cannot load the system's TLS roots: {e}")))?
             .https_or_http()
             .enable_http1()
@@ -102,7 +103,7 @@ impl HttpClickHouse {
         sql: &str,
     ) -> Result<Request<Full<Bytes>>, ChError> {
         let mut uri = format!("{}/", self.url);
-        let mut builder = Request::post("");
+        let mut builder = Request::builder().method(http::Method::POST);
         match self.auth {
             Auth::Headers => {
                 builder = builder

@@ -297,7 +297,7 @@ impl<C: ClickHouse> Provisioner<C> {
     ) -> Result<(), ProvisionError> {
         match self
             .clickhouse
-            .query_as(ids.user.as_str(), password, "SELECT currentUser()")
+            .query_as(ids.user.as_str(), password, "SELECT 1")
             .await
         {
             Ok(_) => Ok(()),

@@ -1,0 +1,131 @@
+//! Debian's real `clickhouse-server` (18.16), started for a test on 127.0.0.1 with a throwaway config,
+//! and stopped when the handle drops.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BINARY: &str = "/usr/sbin/clickhouse-server";
+pub const ADMIN: &str = "admin";
+pub const ADMIN_PASSWORD: &str = "adm1n-s3cret";
+
+pub struct ClickHouseServer {
+    child: Child,
+    dir: PathBuf,
+    pub http_port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl ClickHouseServer {
+    pub fn start() -> Self {
+        assert!(
+            std::path::Path::new(BINARY).exists(),
+            "{BINARY} is missing: run `bash scripts/setup.sh` (it installs Debian's clickhouse-server)"
+        );
+        let dir = std::env::temp_dir().join(format!(
+            "sentry-tenants-ch-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(dir.join("data/tmp")).unwrap();
+        let (http_port, tcp_port) = (free_port(), free_port());
+        let d = dir.display();
+        std::fs::write(
+            dir.join("config.xml"),
+            format!(
+                r#"<?xml version="1.0"?>
+<yandex>
+    <logger><level>warning</level><log>{d}/server.log</log><errorlog>{d}/error.log</errorlog><console>0</console></logger>
+    <http_port>{http_port}</http_port>
+    <tcp_port>{tcp_port}</tcp_port>
+    <listen_host>127.0.0.1</listen_host>
+    <path>{d}/data/</path>
+    <tmp_path>{d}/data/tmp/</tmp_path>
+    <user_files_path>{d}/data/user_files/</user_files_path>
+    <format_schema_path>{d}/data/format_schemas/</format_schema_path>
+    <users_config>{d}/users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <mark_cache_size>536870912</mark_cache_size>
+</yandex>
+"#
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("users.xml"),
+            format!(
+                r#"<?xml version="1.0"?>
+<yandex>
+    <profiles><default></default></profiles>
+    <users>
+        <{ADMIN}>
+            <password>{ADMIN_PASSWORD}</password>
+            <networks><ip>127.0.0.1</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </{ADMIN}>
+    </users>
+    <quotas><default></default></quotas>
+</yandex>
+"#
+            ),
+        )
+        .unwrap();
+        let child = Command::new(BINARY)
+            .arg(format!(
+                "--config-file={}",
+                dir.join("config.xml").display()
+            ))
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start clickhouse-server");
+        let server = Self {
+            child,
+            dir,
+            http_port,
+        };
+        server.wait_until_up();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    fn wait_until_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.http_port)) {
+                use std::io::{Read, Write};
+                let _ = s.write_all(b"GET /ping HTTP/1.0\r\n\r\n");
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                if out.ends_with("Ok.\n") {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
+        panic!("clickhouse-server did not come up within 60s; error.log:\n{log}");
+    }
+}
+
+impl Drop for ClickHouseServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
