@@ -6,6 +6,7 @@ pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod install;
 pub mod leader;
 pub mod names;
 pub mod operator;

@@ -1,0 +1,267 @@
+//! The rendered bundle's RBAC and Pod Security, checked as exact rule sets: loosening either fails here.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
+use sentry_tenants::config::OperatorConfig;
+use sentry_tenants::controller::job::build_job;
+use sentry_tenants::crd::{RunAction, RunJob, RunJobSpec};
+use sentry_tenants::install::bundle::parse_documents;
+use sentry_tenants::install::{Values, pss};
+use serde_json::Value;
+
+fn values(read_only: bool) -> Values {
+    Values {
+        namespace: "sentry-tenants".into(),
+        image: sentry_tenants::DEFAULT_IMAGE.into(),
+        replicas: 2,
+        clickhouse_url: "http://clickhouse:8123".into(),
+        clickhouse_admin_secret: "clickhouse-admin".into(),
+        read_only_dashboard: read_only,
+        version: "0.1.0".into(),
+    }
+    .validate()
+    .unwrap()
+}
+
+fn docs(read_only: bool) -> Vec<Value> {
+    parse_documents(&values(read_only).render_yaml()).unwrap()
+}
+
+fn role(docs: &[Value], name: &str) -> Role {
+    let raw = docs
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == name)
+        .unwrap();
+    serde_json::from_value(raw.clone()).unwrap()
+}
+
+/// (group, resource, resourceNames, verb) for every grant, so a test can compare whole sets.
+fn grants(rules: &[PolicyRule]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for r in rules {
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                for v in &r.verbs {
+                    let names = r.resource_names.clone().unwrap_or_default().join(",");
+                    out.insert(format!("{g}/{res}[{names}]:{v}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+const OPERATOR_READ_ONLY: &[&str] = &[
+    "sentry.io/tenants[]:get",
+    "sentry.io/tenants[]:list",
+    "sentry.io/tenants[]:watch",
+    "sentry.io/tenants/status[]:get",
+    "sentry.io/tenants/status[]:patch",
+    "sentry.io/runjobs[]:get",
+    "sentry.io/runjobs[]:list",
+    "sentry.io/runjobs[]:watch",
+    "sentry.io/runjobs[]:create",
+    "sentry.io/runjobs[]:patch",
+    "sentry.io/runjobs[]:delete",
+    "sentry.io/runjobs/status[]:get",
+    "sentry.io/runjobs/status[]:patch",
+    "sentry.io/runjobs/finalizers[]:update",
+    "batch/jobs[]:get",
+    "batch/jobs[]:list",
+    "batch/jobs[]:watch",
+    "batch/jobs[]:create",
+    "batch/jobs[]:delete",
+    "/pods[]:get",
+    "/pods[]:list",
+    "/pods/log[]:get",
+    "/events[]:create",
+    "/events[]:patch",
+    "events.k8s.io/events[]:create",
+    "events.k8s.io/events[]:patch",
+    "coordination.k8s.io/leases[]:create",
+    "coordination.k8s.io/leases[sentry-tenants-leader]:get",
+    "coordination.k8s.io/leases[sentry-tenants-leader]:update",
+];
+
+#[test]
+fn operator_role_is_exactly_what_it_needs_and_never_secrets() {
+    let read_only = grants(&role(&docs(true), "sentry-tenants").rules.unwrap());
+    assert_eq!(read_only, set(OPERATOR_READ_ONLY));
+    let writable = grants(&role(&docs(false), "sentry-tenants").rules.unwrap());
+    let mut expected = set(OPERATOR_READ_ONLY);
+    expected.extend(set(&[
+        "sentry.io/tenants[]:create",
+        "sentry.io/tenants[]:patch",
+    ]));
+    assert_eq!(
+        writable, expected,
+        "the dashboard's Create / Suspend / Resume add exactly create and patch on tenants"
+    );
+    assert!(writable.iter().all(|g| !g.contains("secrets")));
+}
+
+#[test]
+fn provisioner_role_is_exactly_what_it_needs() {
+    let g = grants(
+        &role(&docs(false), "sentry-tenants-provisioner")
+            .rules
+            .unwrap(),
+    );
+    assert_eq!(
+        g,
+        set(&[
+            "sentry.io/tenants[]:get",
+            "sentry.io/tenants/status[]:patch",
+            "/secrets[]:get",
+            "/secrets[]:create",
+            "/events[]:create",
+            "events.k8s.io/events[]:create",
+        ])
+    );
+}
+
+#[test]
+fn no_cluster_roles_and_no_wildcards_anywhere() {
+    for d in docs(false) {
+        assert_ne!(d["kind"], "ClusterRole");
+        assert_ne!(d["kind"], "ClusterRoleBinding");
+        if d["kind"] == "Role" {
+            let text = serde_json::to_string(&d["rules"]).unwrap();
+            assert!(
+                !text.contains("\"*\""),
+                "wildcard in {}",
+                d["metadata"]["name"]
+            );
+        }
+    }
+    let bindings: Vec<_> = docs(false)
+        .into_iter()
+        .filter(|d| d["kind"] == "RoleBinding")
+        .collect();
+    assert_eq!(bindings.len(), 2);
+    for b in bindings {
+        assert_eq!(b["roleRef"]["kind"], "Role");
+        assert_eq!(b["roleRef"]["name"], b["metadata"]["name"]);
+        assert_eq!(
+            b["subjects"][0]["name"], b["metadata"]["name"],
+            "each identity gets its own role"
+        );
+    }
+}
+
+#[test]
+fn every_pod_in_the_bundle_and_every_job_passes_restricted() {
+    let deployment: Deployment = serde_json::from_value(
+        docs(false)
+            .into_iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap(),
+    )
+    .unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pss::violations(&pod), Vec::<String>::new());
+    let container = &pod.containers[0];
+    assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
+    assert!(container.resources.as_ref().unwrap().requests.is_some());
+
+    let mut run = RunJob::new(
+        "acme-provision-1",
+        RunJobSpec::new("acme", RunAction::Provision),
+    );
+    run.metadata.namespace = Some("sentry-tenants".into());
+    run.metadata.uid = Some("uid".into());
+    let job = build_job(&run, &OperatorConfig::for_namespace("sentry-tenants"));
+    assert_eq!(
+        pss::violations(&job.spec.unwrap().template.spec.unwrap()),
+        Vec::<String>::new()
+    );
+
+    let ns = docs(false)
+        .into_iter()
+        .find(|d| d["kind"] == "Namespace")
+        .unwrap();
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+}
+
+#[test]
+fn the_restricted_check_catches_each_loosening() {
+    let deployment: Deployment = serde_json::from_value(
+        docs(false)
+            .into_iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap(),
+    )
+    .unwrap();
+    let base = deployment.spec.unwrap().template.spec.unwrap();
+    type Loosen = fn(&mut k8s_openapi::api::core::v1::PodSpec);
+    let loosenings: [(&str, Loosen); 8] = [
+        ("allowPrivilegeEscalation", |p| {
+            p.containers[0]
+                .security_context
+                .as_mut()
+                .unwrap()
+                .allow_privilege_escalation = Some(true)
+        }),
+        ("runAsNonRoot", |p| {
+            p.containers[0]
+                .security_context
+                .as_mut()
+                .unwrap()
+                .run_as_non_root = None;
+            p.security_context.as_mut().unwrap().run_as_non_root = None;
+        }),
+        ("capabilities", |p| {
+            p.containers[0]
+                .security_context
+                .as_mut()
+                .unwrap()
+                .capabilities = None
+        }),
+        ("seccompProfile", |p| {
+            p.containers[0]
+                .security_context
+                .as_mut()
+                .unwrap()
+                .seccomp_profile = None;
+            p.security_context.as_mut().unwrap().seccomp_profile = None;
+        }),
+        ("readOnlyRootFilesystem", |p| {
+            p.containers[0]
+                .security_context
+                .as_mut()
+                .unwrap()
+                .read_only_root_filesystem = Some(false)
+        }),
+        ("host namespaces", |p| p.host_network = Some(true)),
+        ("volume", |p| {
+            p.volumes = Some(vec![
+                serde_json::from_value(serde_json::json!({"name": "h", "hostPath": {"path": "/"}}))
+                    .unwrap(),
+            ])
+        }),
+        ("privileged", |p| {
+            p.containers[0]
+                .security_context
+                .as_mut()
+                .unwrap()
+                .privileged = Some(true)
+        }),
+    ];
+    for (what, loosen) in loosenings {
+        let mut spec = base.clone();
+        loosen(&mut spec);
+        assert!(
+            !pss::violations(&spec).is_empty(),
+            "loosening {what} went unnoticed"
+        );
+    }
+}
