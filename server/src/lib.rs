@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod crd;

@@ -40,7 +40,7 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = Client::try_default().await.map_err(no_cluster_config)?;
+    let client = crate::cluster::connect().await?;
     ensure_crds_installed(&client, &args.config.namespace).await?;
 
     let metrics = Arc::new(Metrics::default());
@@ -103,20 +103,11 @@ pub async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::
                 "the sentry.io CRDs are not installed in this cluster: run `sentry-tenants install` first"
             )
         }
-        Err(e) => Err(e).context("cannot reach the Kubernetes API"),
+        Err(e) => Err(anyhow::anyhow!(crate::cluster::describe(
+            "list tenants",
+            &e
+        ))),
     }
-}
-
-/// kube's inference error repeats its causes at every level; say once what was tried and why it failed.
-fn no_cluster_config(error: kube::Error) -> anyhow::Error {
-    let mut root: &dyn std::error::Error = &error;
-    while let Some(source) = root.source() {
-        root = source;
-    }
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| "~/.kube/config".to_owned());
-    anyhow::anyhow!(
-        "no Kubernetes configuration found: not running in a cluster, and no usable kubeconfig at {kubeconfig} ({root})"
-    )
 }
 
 async fn track_leadership(mut leader: watch::Receiver<bool>, metrics: Arc<Metrics>) {

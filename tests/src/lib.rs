@@ -117,13 +117,101 @@ impl Deleting {
     }
 }
 
+/// Namespaces addressed by name. kube-fake-client 0.3 cannot route `/api/v1/namespaces/{name}` (it reads
+/// it as a namespaced path missing its resource), so the harness keeps Namespace objects itself — the
+/// one kind the installer applies that the fake cannot hold.
+#[derive(Clone, Default)]
+pub struct Namespaces(Arc<Mutex<std::collections::BTreeMap<String, Value>>>);
+
+impl Namespaces {
+    fn name_of(path: &str) -> Option<String> {
+        let rest = path.strip_prefix("/api/v1/namespaces/")?;
+        (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_owned())
+    }
+
+    fn answer(&self, method: &Method, path: &str, body: &Value) -> Option<(u16, Value)> {
+        let name = Self::name_of(path)?;
+        let mut all = self.0.lock().unwrap();
+        Some(match *method {
+            Method::GET => match all.get(&name) {
+                Some(ns) => (200, ns.clone()),
+                None => (
+                    404,
+                    status_body(404, "NotFound", &format!("namespaces \"{name}\" not found")),
+                ),
+            },
+            Method::PATCH | Method::PUT => {
+                let ns = all.entry(name.clone()).or_insert_with(|| {
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "uid": format!("ns-{name}")}})
+                });
+                json_patch::merge(ns, body);
+                (200, ns.clone())
+            }
+            Method::DELETE => match all.remove(&name) {
+                Some(ns) => (200, ns),
+                None => (
+                    404,
+                    status_body(404, "NotFound", &format!("namespaces \"{name}\" not found")),
+                ),
+            },
+            _ => return None,
+        })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+}
+
+/// A test's say over a request before the in-memory API sees it: `Some((status, body))` answers it
+/// instead (an injected conflict, error or permission check), `None` lets it through.
+pub type Intercept = Arc<dyn Fn(&Method, &str, &str, &Value) -> Option<(u16, Value)> + Send + Sync>;
+
+#[derive(Clone, Default)]
+pub struct InterceptSlot(Arc<Mutex<Option<Intercept>>>);
+
+impl InterceptSlot {
+    pub fn set(
+        &self,
+        f: impl Fn(&Method, &str, &str, &Value) -> Option<(u16, Value)> + Send + Sync + 'static,
+    ) {
+        *self.0.lock().unwrap() = Some(Arc::new(f));
+    }
+    pub fn clear(&self) {
+        *self.0.lock().unwrap() = None;
+    }
+    fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        query: &str,
+        body: &Value,
+    ) -> Option<(u16, Value)> {
+        let f = self.0.lock().unwrap().clone()?;
+        f(method, path, query, body)
+    }
+}
+
+/// A Kubernetes `Status` body, as the apiserver sends with an error.
+pub fn status_body(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
+}
+
 /// Wraps `inner` so every request is recorded, and gives DELETE the apiserver's finalizer semantics the
-/// fake lacks (see [`Deleting`]).
-pub fn recording_client(inner: Client, log: RequestLog, deleting: Deleting) -> Client {
+/// fake lacks (see [`Deleting`]); CRDs become Established once applied, as the apiserver makes them.
+pub fn recording_client(
+    inner: Client,
+    log: RequestLog,
+    deleting: Deleting,
+    intercept: InterceptSlot,
+    namespaces: Namespaces,
+) -> Client {
     let service = tower::service_fn(move |req: Request<Body>| {
         let inner = inner.clone();
         let log = log.clone();
         let deleting = deleting.clone();
+        let intercept = intercept.clone();
+        let namespaces = namespaces.clone();
         async move {
             let (parts, body) = req.into_parts();
             let bytes: Bytes = body
@@ -137,12 +225,32 @@ pub fn recording_client(inner: Client, log: RequestLog, deleting: Deleting) -> C
             let query = parts.uri.query().unwrap_or_default().to_owned();
             let object_path = path.trim_end_matches("/status").to_owned();
             let request = Request::from_parts(parts, Body::from(bytes.to_vec()));
+            let answer = intercept
+                .answer(&method, &path, &query, &json_body)
+                .or_else(|| namespaces.answer(&method, &path, &json_body));
+            if let Some((status, body)) = answer {
+                log.0.lock().unwrap().push(Recorded {
+                    method,
+                    path,
+                    query,
+                    body: json_body,
+                    status,
+                });
+                return Ok(respond(status, &body));
+            }
             let (status, body) = if method == Method::DELETE {
                 delete_honouring_finalizers(&inner, &object_path, request, &deleting).await?
             } else {
                 let (status, mut body) = send_json(&inner, request).await?;
                 if method == Method::PATCH && deleting.get(&object_path).is_some() {
                     finish_deletion_if_unblocked(&inner, &object_path, &deleting).await?;
+                }
+                if method == Method::PATCH
+                    && status < 300
+                    && object_path.contains("/customresourcedefinitions/")
+                    && !path.ends_with("/status")
+                {
+                    mark_established(&inner, &object_path).await?;
                 }
                 decorate_response(&object_path, &mut body, &deleting);
                 (status, body)
@@ -158,6 +266,29 @@ pub fn recording_client(inner: Client, log: RequestLog, deleting: Deleting) -> C
         }
     });
     Client::new(service, NS)
+}
+
+async fn mark_established(inner: &Client, path: &str) -> Result<(), kube::Error> {
+    let status = json!({"status": {"conditions": [
+        {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "", "lastTransitionTime": "2026-11-30T12:00:00Z"},
+        {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "", "lastTransitionTime": "2026-11-30T12:00:00Z"}]}});
+    let req = Request::builder()
+        .method(Method::PATCH)
+        .uri(format!("{path}/status"))
+        .header("content-type", "application/merge-patch+json")
+        .body(Body::from(serde_json::to_vec(&status).unwrap()))
+        .unwrap();
+    let (code, _) = send_json(inner, req).await?;
+    if code >= 300 {
+        let req = Request::builder()
+            .method(Method::PATCH)
+            .uri(path)
+            .header("content-type", "application/merge-patch+json")
+            .body(Body::from(serde_json::to_vec(&status).unwrap()))
+            .unwrap();
+        send_json(inner, req).await?;
+    }
+    Ok(())
 }
 
 fn decorate_response(object_path: &str, body: &mut Value, deleting: &Deleting) {
@@ -250,6 +381,9 @@ pub struct Cluster {
     /// Client the test uses to arrange the world: not recorded.
     pub admin: Client,
     pub log: RequestLog,
+    /// Answers chosen requests instead of the in-memory API (conflicts, faults, access reviews).
+    pub intercept: InterceptSlot,
+    pub namespaces: Namespaces,
     pub ctx: Arc<Context>,
     pub clock: Clock,
     writers: Mutex<Writers>,
@@ -279,8 +413,22 @@ impl Cluster {
             .expect("fake client");
         let log = RequestLog::default();
         let deleting = Deleting::default();
-        let client = recording_client(fake.clone(), log.clone(), deleting.clone());
-        let admin = recording_client(fake, RequestLog::default(), deleting);
+        let intercept = InterceptSlot::default();
+        let namespaces = Namespaces::default();
+        let client = recording_client(
+            fake.clone(),
+            log.clone(),
+            deleting.clone(),
+            intercept.clone(),
+            namespaces.clone(),
+        );
+        let admin = recording_client(
+            fake,
+            RequestLog::default(),
+            deleting,
+            InterceptSlot::default(),
+            namespaces.clone(),
+        );
         let (stores, writers) = Stores::shared();
         let (leader_tx, leader_rx) = watch::channel(true);
         let clock = Clock::manual(start_time());
@@ -301,6 +449,8 @@ impl Cluster {
             client,
             admin,
             log,
+            intercept,
+            namespaces,
             ctx,
             clock,
             writers: Mutex::new(writers),

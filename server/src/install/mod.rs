@@ -1,6 +1,10 @@
 //! The Helm-free installer: `install`, `uninstall`, `check`, `dashboard`.
 
+pub mod apply;
 pub mod bundle;
+pub mod progress;
 pub mod pss;
 
+pub use apply::{InstallError, InstallOptions, InstallReport, install};
 pub use bundle::{BundleError, ValueError, Values};
+pub use progress::Progress;

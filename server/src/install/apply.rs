@@ -1,0 +1,369 @@
+//! Applying the bundle: server-side apply with one field manager, CRDs first and waited for, then the
+//! rest, then pruning what the new bundle no longer ships, then waiting for the rollout.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::{Client, ResourceExt};
+
+use super::Values;
+use super::progress::Progress;
+
+pub const MANAGER: &str = "sentry-tenants";
+/// Only objects carrying this selector are ever pruned: what an install created, never the tenants'
+/// Secrets or the operator's Jobs.
+pub const BUNDLE_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=sentry-tenants,sentry.io/bundle=install";
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("{0}")]
+    Bundle(#[from] super::BundleError),
+    #[error(
+        "cannot apply {kind} {name}: its fields {fields} are managed by {managers}; re-run with --force-conflicts to take them over"
+    )]
+    Conflict {
+        kind: String,
+        name: String,
+        managers: String,
+        fields: String,
+    },
+    #[error("{0}")]
+    Api(String),
+    #[error(
+        "timed out after {seconds}s waiting for {what} (see `kubectl -n {namespace} get events`); raise --timeout or fix the cause and re-run install"
+    )]
+    Timeout {
+        what: String,
+        seconds: u64,
+        namespace: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct InstallOptions {
+    pub force_conflicts: bool,
+    pub wait: bool,
+    pub timeout: Duration,
+    pub poll: Duration,
+}
+
+impl Default for InstallOptions {
+    fn default() -> Self {
+        Self {
+            force_conflicts: false,
+            wait: true,
+            timeout: Duration::from_secs(300),
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct InstallReport {
+    pub applied: Vec<String>,
+    pub pruned: Vec<String>,
+    pub kept: Vec<String>,
+}
+
+/// The API for one object of the bundle.
+pub fn api_for(client: &Client, obj: &DynamicObject) -> Api<DynamicObject> {
+    let types = obj.types.clone().unwrap_or_default();
+    let (group, version) = types
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", types.api_version.as_str()));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
+    match obj.namespace() {
+        Some(ns) => Api::namespaced_with(client.clone(), &ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+pub fn describe_obj(obj: &DynamicObject) -> String {
+    let kind = obj
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    match obj.namespace() {
+        Some(ns) => format!("{kind} {ns}/{}", obj.name_any()),
+        None => format!("{kind} {}", obj.name_any()),
+    }
+}
+
+pub async fn install(
+    client: &Client,
+    values: &Values,
+    opts: &InstallOptions,
+    progress: &Progress,
+) -> Result<InstallReport, InstallError> {
+    let objects = values.objects()?;
+    let (crds, rest): (Vec<_>, Vec<_>) = objects
+        .iter()
+        .partition(|o| kind_of(o) == "CustomResourceDefinition");
+    let mut report = InstallReport::default();
+
+    for crd in &crds {
+        apply_one(client, crd, opts, progress, &mut report).await?;
+    }
+    for crd in &crds {
+        wait_established(client, &crd.name_any(), opts, progress, &values.namespace).await?;
+    }
+    for obj in &rest {
+        apply_one(client, obj, opts, progress, &mut report).await?;
+    }
+    prune(client, values, &objects, progress, &mut report).await?;
+    if opts.wait {
+        wait_rollout(client, &values.namespace, "sentry-tenants", opts, progress).await?;
+    }
+    Ok(report)
+}
+
+fn kind_of(obj: &DynamicObject) -> &str {
+    obj.types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default()
+}
+
+async fn apply_one(
+    client: &Client,
+    obj: &DynamicObject,
+    opts: &InstallOptions,
+    progress: &Progress,
+    report: &mut InstallReport,
+) -> Result<(), InstallError> {
+    let what = describe_obj(obj);
+    progress.step(&format!("applying {what}"));
+    let mut params = PatchParams::apply(MANAGER);
+    params.force = opts.force_conflicts;
+    match api_for(client, obj)
+        .patch(&obj.name_any(), &params, &Patch::Apply(obj))
+        .await
+    {
+        Ok(_) => {
+            progress.done(&format!("applied {what}"));
+            report.applied.push(what);
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Err(conflict(obj, &status.message)),
+        Err(e) => Err(InstallError::Api(crate::cluster::describe(
+            &format!("apply {what}"),
+            &e,
+        ))),
+    }
+}
+
+/// Reads the apiserver's conflict message: `Apply failed with 1 conflict: conflict with "kubectl-edit"
+/// using apps/v1: .spec.replicas`.
+fn conflict(obj: &DynamicObject, message: &str) -> InstallError {
+    let managers: BTreeSet<String> = message
+        .split("conflict with \"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .map(|m| format!("{m:?}"))
+        .collect();
+    let fields: Vec<&str> = message
+        .split(": ")
+        .filter(|s| s.starts_with('.'))
+        .flat_map(|s| s.split(['\n', ',']))
+        .map(str::trim)
+        .filter(|s| s.starts_with('.'))
+        .collect();
+    InstallError::Conflict {
+        kind: kind_of(obj).to_owned(),
+        name: obj.name_any(),
+        managers: if managers.is_empty() {
+            "another field manager".to_owned()
+        } else {
+            managers.into_iter().collect::<Vec<_>>().join(", ")
+        },
+        fields: if fields.is_empty() {
+            "(see the API message)".to_owned()
+        } else {
+            fields.join(", ")
+        },
+    }
+}
+
+async fn wait_established(
+    client: &Client,
+    name: &str,
+    opts: &InstallOptions,
+    progress: &Progress,
+    ns: &str,
+) -> Result<(), InstallError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let what = format!("CRD {name} to be Established");
+    poll(&what, opts, progress, ns, async || {
+        let crd = api.get(name).await.map_err(|e| {
+            InstallError::Api(crate::cluster::describe(&format!("get CRD {name}"), &e))
+        })?;
+        let established = crd.status.and_then(|s| s.conditions).is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+        Ok(established.then_some(()))
+    })
+    .await
+}
+
+/// Waits until the Deployment's new pods are all updated and available, saying how far along it is.
+pub async fn wait_rollout(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    opts: &InstallOptions,
+    progress: &Progress,
+) -> Result<(), InstallError> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let what = format!("Deployment {ns}/{name} to roll out");
+    poll(&what, opts, progress, ns, async || {
+        let d = api.get(name).await.map_err(|e| InstallError::Api(crate::cluster::describe(&format!("get Deployment {name}"), &e)))?;
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let generation = d.metadata.generation.unwrap_or(0);
+        let s = d.status.unwrap_or_default();
+        let updated = s.updated_replicas.unwrap_or(0);
+        let available = s.available_replicas.unwrap_or(0);
+        progress.step(&format!("waiting for Deployment {ns}/{name}: {updated}/{want} updated, {available}/{want} available"));
+        let observed = s.observed_generation.unwrap_or(0) >= generation;
+        Ok((observed && updated >= want && available >= want && s.replicas.unwrap_or(0) == want).then_some(()))
+    })
+    .await?;
+    progress.done(&format!("Deployment {ns}/{name} is available"));
+    Ok(())
+}
+
+async fn poll(
+    what: &str,
+    opts: &InstallOptions,
+    progress: &Progress,
+    ns: &str,
+    mut check: impl AsyncFnMut() -> Result<Option<()>, InstallError>,
+) -> Result<(), InstallError> {
+    let deadline = tokio::time::Instant::now() + opts.timeout;
+    progress.step(&format!("waiting for {what}"));
+    loop {
+        if check().await?.is_some() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(InstallError::Timeout {
+                what: what.to_owned(),
+                seconds: opts.timeout.as_secs(),
+                namespace: ns.to_owned(),
+            });
+        }
+        tokio::time::sleep(opts.poll).await;
+    }
+}
+
+/// Kinds an install creates, so an upgrade can prune the ones a new bundle dropped.
+pub const NAMESPACED_KINDS: &[(&str, &str, &str)] = &[
+    ("apps", "v1", "Deployment"),
+    ("", "v1", "Service"),
+    ("", "v1", "ConfigMap"),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "v1", "Role"),
+    ("", "v1", "ServiceAccount"),
+];
+
+/// Deletes objects of ours that `objects` no longer contains. Namespaced kinds are looked for in the
+/// install namespace; of cluster-scoped kinds only CRDs are pruned, and only when no resource of that
+/// kind is left (deleting a CRD deletes every object of it). Namespaces are never pruned.
+async fn prune(
+    client: &Client,
+    values: &Values,
+    objects: &[DynamicObject],
+    progress: &Progress,
+    report: &mut InstallReport,
+) -> Result<(), InstallError> {
+    let wanted: BTreeSet<(String, String)> = objects
+        .iter()
+        .map(|o| (kind_of(o).to_owned(), o.name_any()))
+        .collect();
+    let selector = ListParams::default().labels(BUNDLE_SELECTOR);
+    for (group, version, kind) in NAMESPACED_KINDS {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &values.namespace, &resource);
+        let live = api.list(&selector).await.map_err(|e| {
+            InstallError::Api(crate::cluster::describe(&format!("list {kind}s"), &e))
+        })?;
+        for obj in live
+            .items
+            .into_iter()
+            .filter(|o| !wanted.contains(&(kind.to_string(), o.name_any())))
+        {
+            let what = format!("{kind} {}/{}", values.namespace, obj.name_any());
+            api.delete(&obj.name_any(), &DeleteParams::background())
+                .await
+                .map_err(|e| {
+                    InstallError::Api(crate::cluster::describe(&format!("prune {what}"), &e))
+                })?;
+            progress.done(&format!("pruned {what} (no longer in the bundle)"));
+            report.pruned.push(what);
+        }
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let ours = crds
+        .list(&selector)
+        .await
+        .map_err(|e| InstallError::Api(crate::cluster::describe("list CRDs", &e)))?;
+    for crd in ours
+        .items
+        .into_iter()
+        .filter(|c| !wanted.contains(&("CustomResourceDefinition".to_owned(), c.name_any())))
+    {
+        let what = format!("CustomResourceDefinition {}", crd.name_any());
+        if crd_has_instances(client, &crd).await? {
+            progress.done(&format!(
+                "kept {what}: objects of it still exist (delete them first to remove it)"
+            ));
+            report.kept.push(what);
+            continue;
+        }
+        crds.delete(&crd.name_any(), &DeleteParams::background())
+            .await
+            .map_err(|e| {
+                InstallError::Api(crate::cluster::describe(&format!("prune {what}"), &e))
+            })?;
+        progress.done(&format!("pruned {what} (no longer in the bundle)"));
+        report.pruned.push(what);
+    }
+    Ok(())
+}
+
+async fn crd_has_instances(
+    client: &Client,
+    crd: &CustomResourceDefinition,
+) -> Result<bool, InstallError> {
+    let Some(version) = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or(crd.spec.versions.first())
+    else {
+        return Ok(false);
+    };
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind),
+        &crd.spec.names.plural,
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(list) => Ok(!list.items.is_empty()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(InstallError::Api(crate::cluster::describe(
+            "list objects of a CRD",
+            &e,
+        ))),
+    }
+}

@@ -1,0 +1,288 @@
+//! `install` against the in-memory API: order, waits, idempotent re-runs, pruning on upgrade, conflicts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::Method;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams,
+};
+use sentry_tenants::install::apply::NAMESPACED_KINDS;
+use sentry_tenants::install::{InstallError, InstallOptions, Progress, Values, install};
+use sentry_tenants_tests::{Cluster, status_body};
+use serde_json::{Value, json};
+
+const NS: &str = "sentry-tenants";
+
+fn values() -> Values {
+    Values {
+        namespace: NS.into(),
+        image: sentry_tenants::DEFAULT_IMAGE.into(),
+        replicas: 1,
+        clickhouse_url: "http://clickhouse:8123".into(),
+        clickhouse_admin_secret: "clickhouse-admin".into(),
+        read_only_dashboard: false,
+        version: "0.1.0".into(),
+    }
+    .validate()
+    .unwrap()
+}
+
+fn no_wait() -> InstallOptions {
+    InstallOptions {
+        wait: false,
+        poll: Duration::from_millis(20),
+        timeout: Duration::from_secs(5),
+        ..InstallOptions::default()
+    }
+}
+
+/// Plays the Deployment controller: once the Deployment exists, reports it rolled out.
+async fn roll_out_when_created(c: &Cluster) {
+    let api: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
+    for _ in 0..200 {
+        if let Ok(d) = api.get("sentry-tenants").await {
+            let status = json!({"status": {"observedGeneration": d.metadata.generation.unwrap_or(1), "replicas": 1,
+                                           "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+            api.patch_status(
+                "sentry-tenants",
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Everything an install owns, without the fields the server changes on every write.
+async fn snapshot(c: &Cluster) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let selector = ListParams::default().labels("sentry.io/bundle=install");
+    for (group, version, kind) in NAMESPACED_KINDS {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            c.admin.clone(),
+            NS,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
+        );
+        for mut o in api.list(&selector).await.unwrap().items {
+            o.metadata.resource_version = None;
+            o.metadata.managed_fields = None;
+            o.metadata.generation = None;
+            out.insert(
+                format!("{kind}/{}", o.metadata.name.clone().unwrap()),
+                serde_json::to_value(o).unwrap(),
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn install_applies_crds_first_waits_for_them_then_the_rest_and_the_rollout() {
+    let c = Cluster::new().await;
+    let opts = InstallOptions {
+        wait: true,
+        ..no_wait()
+    };
+    let v = values();
+    let (report, ()) = tokio::join!(
+        install(&c.client, &v, &opts, &Progress::Quiet),
+        roll_out_when_created(&c)
+    );
+    let report = report.unwrap();
+    assert_eq!(report.applied.len(), 12, "{:#?}", report.applied);
+    assert!(report.applied[0].starts_with("CustomResourceDefinition tenants.sentry.io"));
+    assert!(report.applied[1].starts_with("CustomResourceDefinition runjobs.sentry.io"));
+    assert_eq!(report.applied[2], "Namespace sentry-tenants");
+
+    let log = c.log.all();
+    let applies: Vec<_> = log.iter().filter(|r| r.method == Method::PATCH).collect();
+    assert!(
+        applies
+            .iter()
+            .all(|r| r.query.contains("fieldManager=sentry-tenants")),
+        "one field manager"
+    );
+    assert!(
+        applies.iter().all(|r| !r.query.contains("force=true")),
+        "no force unless asked"
+    );
+    // Both CRDs were read back (Established) before the first non-CRD object was applied.
+    let first_other = log
+        .iter()
+        .position(|r| r.method == Method::PATCH && !r.path.contains("customresourcedefinitions"))
+        .unwrap();
+    let crd_reads = log[..first_other]
+        .iter()
+        .filter(|r| r.method == Method::GET && r.path.contains("customresourcedefinitions"))
+        .count();
+    assert!(
+        crd_reads >= 2,
+        "waited for both CRDs before applying the rest"
+    );
+    // And the rollout was waited for.
+    assert!(
+        log.iter()
+            .any(|r| r.method == Method::GET && r.path.ends_with("/deployments/sentry-tenants"))
+    );
+}
+
+#[tokio::test]
+async fn rerunning_install_changes_nothing() {
+    let c = Cluster::new().await;
+    install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    let before = snapshot(&c).await;
+    assert_eq!(before.len(), 9, "{:#?}", before.keys());
+    c.log.clear();
+    let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    assert!(report.pruned.is_empty());
+    assert_eq!(snapshot(&c).await, before);
+    let writes: Vec<_> = c
+        .log
+        .all()
+        .into_iter()
+        .filter(|r| r.method == Method::POST || r.method == Method::DELETE)
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "no creates or deletes on a re-run: {writes:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_upgrade_prunes_what_the_new_bundle_dropped_and_nothing_else() {
+    let c = Cluster::new().await;
+    install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.admin.clone(), NS);
+    let labelled = |labels: &[(&str, &str)]| ConfigMap {
+        metadata: ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    // What an older version shipped and this one no longer does.
+    let mut old = labelled(&[
+        ("app.kubernetes.io/managed-by", "sentry-tenants"),
+        ("sentry.io/bundle", "install"),
+    ]);
+    old.metadata.name = Some("sentry-tenants-legacy".into());
+    cms.create(&PostParams::default(), &old).await.unwrap();
+    // Ours, but not from the bundle (like a tenant's Secret), and someone else's.
+    let mut runtime = labelled(&[("app.kubernetes.io/managed-by", "sentry-tenants")]);
+    runtime.metadata.name = Some("made-at-runtime".into());
+    cms.create(&PostParams::default(), &runtime).await.unwrap();
+    let mut foreign = labelled(&[("team", "other")]);
+    foreign.metadata.name = Some("someone-elses".into());
+    cms.create(&PostParams::default(), &foreign).await.unwrap();
+
+    let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.pruned,
+        ["ConfigMap sentry-tenants/sentry-tenants-legacy"]
+    );
+    assert!(
+        cms.get_opt("sentry-tenants-legacy")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(cms.get_opt("made-at-runtime").await.unwrap().is_some());
+    assert!(cms.get_opt("someone-elses").await.unwrap().is_some());
+    assert!(cms.get_opt("sentry-tenants").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_conflict_with_another_field_manager_is_reported_and_force_takes_over() {
+    let c = Cluster::new().await;
+    c.intercept.set(|method, path, query, _| {
+        let conflicting = method == Method::PATCH && path.ends_with("/deployments/sentry-tenants") && !query.contains("force=true");
+        conflicting.then(|| {
+            let msg = "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using apps/v1: .spec.replicas";
+            (409, status_body(409, "Conflict", msg))
+        })
+    });
+    let err = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, InstallError::Conflict { .. }));
+    assert_eq!(
+        err.to_string(),
+        "cannot apply Deployment sentry-tenants: its fields .spec.replicas are managed by \"kubectl-edit\"; re-run with --force-conflicts to take them over"
+    );
+    let forced = InstallOptions {
+        force_conflicts: true,
+        ..no_wait()
+    };
+    install(&c.client, &values(), &forced, &Progress::Quiet)
+        .await
+        .unwrap();
+    assert!(
+        c.log
+            .all()
+            .iter()
+            .any(|r| r.path.ends_with("/deployments/sentry-tenants")
+                && r.query.contains("force=true"))
+    );
+}
+
+#[tokio::test]
+async fn forbidden_and_timeouts_are_one_clear_line() {
+    let c = Cluster::new().await;
+    c.intercept.set(|method, path, _, _| {
+        (method == Method::PATCH && path.contains("customresourcedefinitions")).then(|| {
+            (403, status_body(403, "Forbidden", "customresourcedefinitions.apiextensions.k8s.io \"tenants.sentry.io\" is forbidden: User \"dev\" cannot patch resource"))
+        })
+    });
+    let err = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("cannot apply CustomResourceDefinition tenants.sentry.io: forbidden ("),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(
+            "your account needs permission to apply CustomResourceDefinition tenants.sentry.io"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains('\n'));
+
+    c.intercept.clear();
+    let opts = InstallOptions {
+        wait: true,
+        timeout: Duration::from_millis(200),
+        ..no_wait()
+    };
+    let err = install(&c.client, &values(), &opts, &Progress::Quiet)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(
+            "timed out after 0s waiting for Deployment sentry-tenants/sentry-tenants to roll out"
+        ),
+        "{err}"
+    );
+}
