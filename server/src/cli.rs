@@ -28,6 +28,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the operator: Tenant and RunJob controllers, leader election, probes (what the Deployment runs).
     Run(Box<crate::operator::RunArgs>),
+    /// Install or upgrade the operator into the current cluster (CRDs, RBAC, Deployment), and wait for it.
+    Install(Box<crate::install::commands::InstallArgs>),
+    /// Remove the operator; keeps CRDs and tenants unless --delete-crds.
+    Uninstall(crate::install::commands::UninstallArgs),
+    /// Check the cluster before (--pre) or after installing; exits non-zero if anything fails.
+    Check(crate::install::commands::CheckArgs),
+    /// Open the dashboard through a port-forward to an operator pod.
+    Dashboard(crate::install::commands::DashboardArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
     /// Provision, suspend or resume one tenant in ClickHouse and record it on the Tenant (what RunJob pods run).
@@ -41,6 +49,19 @@ pub fn main() -> std::process::ExitCode {
         Command::Crd => {
             print!("{}", crate::crd::crds_yaml());
             Ok(())
+        }
+        Command::Install(args) => runtime().block_on(crate::install::commands::run_install(*args)),
+        Command::Uninstall(args) => {
+            runtime().block_on(crate::install::commands::run_uninstall(args))
+        }
+        Command::Check(args) => match runtime().block_on(crate::install::commands::run_check(args))
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => return std::process::ExitCode::FAILURE,
+            Err(e) => Err(e),
+        },
+        Command::Dashboard(args) => {
+            runtime().block_on(crate::install::commands::run_dashboard(args))
         }
         Command::ProvisionTenant(args) => runtime().block_on(crate::provision::main(*args)),
         Command::Run(args) => runtime().block_on(crate::operator::run(*args)),

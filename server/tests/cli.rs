@@ -141,3 +141,118 @@ fn provision_help_documents_every_option() {
         assert!(help.contains(flag), "{flag} missing from help");
     }
 }
+
+#[test]
+fn install_dry_run_renders_the_bundle_without_a_cluster() {
+    let out = bin()
+        .args([
+            "install",
+            "--dry-run",
+            "-o",
+            "yaml",
+            "--namespace",
+            "tenants-prod",
+            "--replicas",
+            "2",
+        ])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        sentry_tenants::install::bundle::check_all(&yaml).unwrap(),
+        12
+    );
+    assert!(yaml.contains("namespace: \"tenants-prod\""));
+    assert!(yaml.ends_with('\n'));
+}
+
+#[test]
+fn install_rejects_bad_values_before_touching_anything() {
+    let out = bin()
+        .args(["install", "--image", "img:1 ; rm", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "error: --image \"img:1 ; rm\" is not a valid image reference (e.g. registry.example.com/team/sentry-tenants:v1.2.3)\n"
+    );
+}
+
+/// A kubeconfig naming a port where nothing listens: the cluster is "unreachable".
+fn unreachable_kubeconfig() -> std::path::PathBuf {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = std::env::temp_dir().join(format!(
+        "sentry-tenants-unreachable-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn an_unreachable_cluster_is_one_line_and_a_failure_for_every_command() {
+    let kubeconfig = unreachable_kubeconfig();
+    for args in [
+        &["install", "--timeout", "5s"][..],
+        &["uninstall"],
+        &["check"],
+        &["check", "--pre"],
+    ] {
+        let out = bin()
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let said = format!("{stdout}{stderr}");
+        assert!(
+            said.to_lowercase().contains("unreachable"),
+            "{args:?}: {said}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("stack backtrace"),
+            "{args:?}: {stderr}"
+        );
+        if args[0] != "check" {
+            assert_eq!(
+                stderr.lines().filter(|l| l.starts_with("error: ")).count(),
+                1,
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn deleting_crds_needs_a_confirmation() {
+    let out = bin()
+        .args(["uninstall", "--delete-crds"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("Refusing without confirmation: re-run with --yes"),
+        "{stderr}"
+    );
+}

@@ -161,3 +161,67 @@ async fn operator_core_against_a_real_cluster() {
         .await
         .unwrap();
 }
+
+/// install → check → uninstall against the real cluster, with an image the cluster can pull
+/// (`SENTRY_TENANTS_E2E_IMAGE`, e.g. one built from the Dockerfile and loaded into kind).
+#[tokio::test]
+#[cfg_attr(
+    not(e2e_cluster),
+    ignore = "skipped: set SENTRY_TENANTS_E2E_KUBECONFIG to a kubeconfig to run against a real cluster"
+)]
+async fn install_check_uninstall_against_a_real_cluster() {
+    use sentry_tenants::install::check::{all_passed, post_install, preflight};
+    use sentry_tenants::install::{InstallOptions, Progress, Values, install, uninstall};
+    let client = client_from_env().await;
+    let ns = format!("sentry-tenants-e2e-install-{}", std::process::id());
+    let image = std::env::var("SENTRY_TENANTS_E2E_IMAGE")
+        .unwrap_or_else(|_| sentry_tenants::DEFAULT_IMAGE.into());
+    let pre = preflight(&client, &ns).await;
+    assert!(all_passed(&pre), "{pre:#?}");
+    let values = Values {
+        namespace: ns.clone(),
+        image,
+        replicas: 1,
+        clickhouse_url: "http://clickhouse:8123".into(),
+        clickhouse_admin_secret: "clickhouse-admin".into(),
+        read_only_dashboard: false,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+    .validate()
+    .unwrap();
+    install(
+        &client,
+        &values,
+        &InstallOptions::default(),
+        &Progress::Lines,
+    )
+    .await
+    .unwrap();
+    let again = install(
+        &client,
+        &values,
+        &InstallOptions::default(),
+        &Progress::Lines,
+    )
+    .await
+    .unwrap();
+    assert!(again.pruned.is_empty());
+    let mut lines = Vec::new();
+    for _ in 0..60 {
+        lines = post_install(
+            &client,
+            &ns,
+            env!("CARGO_PKG_VERSION"),
+            jiff::Timestamp::now(),
+        )
+        .await;
+        if all_passed(&lines) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(all_passed(&lines), "{lines:#?}");
+    uninstall(&client, &ns, false, &Progress::Lines)
+        .await
+        .unwrap();
+}

@@ -286,3 +286,64 @@ async fn forbidden_and_timeouts_are_one_clear_line() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_dropped_crd_is_pruned_only_when_nothing_of_it_is_left() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    let c = Cluster::new().await;
+    install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    // Pretend an older version shipped the Tenant CRD under another name: relabel a copy of it.
+    let crds: Api<CustomResourceDefinition> = Api::all(c.admin.clone());
+    let mut legacy = sentry_tenants::crd::RunJob::crd();
+    legacy.metadata.name = Some("legacyruns.sentry.io".into());
+    legacy.spec.names.plural = "legacyruns".into();
+    legacy.spec.names.kind = "LegacyRun".into();
+    legacy.metadata.labels = Some(
+        [
+            ("app.kubernetes.io/managed-by", "sentry-tenants"),
+            ("sentry.io/bundle", "install"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    crds.create(&PostParams::default(), &legacy).await.unwrap();
+    let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.pruned,
+        ["CustomResourceDefinition legacyruns.sentry.io"],
+        "{report:?}"
+    );
+    assert!(
+        crds.get_opt("legacyruns.sentry.io")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(crds.get_opt("tenants.sentry.io").await.unwrap().is_some());
+
+    // A dropped CRD whose objects still exist is kept, and said so: deleting it would delete them.
+    // (Its spec points at the RunJob resource, so the RunJob below counts as one of its objects.)
+    let mut in_use = sentry_tenants::crd::RunJob::crd();
+    in_use.metadata.name = Some("oldruns.sentry.io".into());
+    in_use.metadata.labels = legacy.metadata.labels.clone();
+    crds.create(&PostParams::default(), &in_use).await.unwrap();
+    c.create_tenant("acme").await;
+    c.create_run(
+        "acme",
+        sentry_tenants::crd::RunAction::Provision,
+        "acme-provision-1",
+    )
+    .await;
+    let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
+        .await
+        .unwrap();
+    assert!(report.pruned.is_empty(), "{report:?}");
+    assert_eq!(report.kept, ["CustomResourceDefinition oldruns.sentry.io"]);
+    assert!(crds.get_opt("oldruns.sentry.io").await.unwrap().is_some());
+}

@@ -100,12 +100,31 @@ impl Values {
         Ok(self)
     }
 
-    /// The whole bundle as one YAML stream: CRDs first, then the templates.
+    /// The whole bundle as one YAML stream: CRDs first (labelled like the rest, so an upgrade can find
+    /// them), then the templates.
     pub fn render_yaml(&self) -> String {
+        let labels: std::collections::BTreeMap<String, String> = [
+            ("app.kubernetes.io/name", "sentry-tenants"),
+            ("app.kubernetes.io/managed-by", "sentry-tenants"),
+            ("app.kubernetes.io/part-of", "sentry-tenants"),
+            ("app.kubernetes.io/version", self.version.as_str()),
+            ("sentry.io/bundle", "install"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let mut out = String::new();
+        for mut crd in crate::crd::crds() {
+            crd.metadata.labels = Some(labels.clone());
+            out.push_str(&serde_yaml::to_string(&crd).expect("a CRD always serialises"));
+            out.push_str("---\n");
+        }
         let rest = self
             .render()
             .expect("templates render from validated values");
-        format!("{}---\n{}", crate::crd::crds_yaml(), rest.trim_start())
+        out.push_str(rest.trim());
+        out.push('\n');
+        out
     }
 
     /// The bundle as objects, in apply order.

@@ -2,9 +2,14 @@
 
 pub mod apply;
 pub mod bundle;
+pub mod check;
+pub mod commands;
+pub mod dashboard;
 pub mod progress;
 pub mod pss;
+pub mod uninstall;
 
 pub use apply::{InstallError, InstallOptions, InstallReport, install};
 pub use bundle::{BundleError, ValueError, Values};
 pub use progress::Progress;
+pub use uninstall::{UninstallReport, uninstall};

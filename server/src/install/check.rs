@@ -1,0 +1,280 @@
+//! `check`: preflight (`--pre`) and post-install health, as ✓/✗ lines with a hint for every ✗.
+
+use std::fmt;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::leader::LEASE_NAME;
+
+/// Oldest Kubernetes we support: CRD validation rules (CEL) are GA from 1.29, and we test the
+/// Kubernetes 1.32 API types.
+pub const MIN_KUBERNETES: (u32, u32) = (1, 30);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckLine {
+    pub ok: bool,
+    pub what: String,
+    pub hint: Option<String>,
+}
+
+impl CheckLine {
+    fn pass(what: impl Into<String>) -> Self {
+        Self {
+            ok: true,
+            what: what.into(),
+            hint: None,
+        }
+    }
+    fn fail(what: impl Into<String>, hint: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            what: what.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+impl fmt::Display for CheckLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.hint {
+            None => write!(f, "✓ {}", self.what),
+            Some(hint) => write!(f, "✗ {}\n    hint: {hint}", self.what),
+        }
+    }
+}
+
+/// Before install: can we reach the cluster, is it new enough, may we create what install creates?
+pub async fn preflight(client: &Client, namespace: &str) -> Vec<CheckLine> {
+    let mut out = Vec::new();
+    match client.apiserver_version().await {
+        Ok(info) => {
+            out.push(CheckLine::pass(format!(
+                "Kubernetes API reachable ({})",
+                info.git_version
+            )));
+            out.push(version_line(&info.major, &info.minor, &info.git_version));
+        }
+        Err(e) => {
+            out.push(CheckLine::fail(
+                crate::cluster::describe("reach the Kubernetes API", &e),
+                "check the current kubeconfig context (kubectl config current-context) and that the cluster is up",
+            ));
+            return out;
+        }
+    }
+    let reviews = [
+        (
+            "create",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            None,
+        ),
+        ("create", "", "namespaces", None),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "roles",
+            Some(namespace),
+        ),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            Some(namespace),
+        ),
+        ("create", "", "serviceaccounts", Some(namespace)),
+        ("create", "apps", "deployments", Some(namespace)),
+    ];
+    for (verb, group, resource, ns) in reviews {
+        out.push(access_line(client, verb, group, resource, ns).await);
+    }
+    out
+}
+
+fn version_line(major: &str, minor: &str, git: &str) -> CheckLine {
+    let num = |s: &str| s.trim_end_matches('+').parse::<u32>().ok();
+    match (num(major), num(minor)) {
+        (Some(ma), Some(mi)) if (ma, mi) >= MIN_KUBERNETES => CheckLine::pass(format!(
+            "Kubernetes {git} is supported (>= {}.{})",
+            MIN_KUBERNETES.0, MIN_KUBERNETES.1
+        )),
+        _ => CheckLine::fail(
+            format!(
+                "Kubernetes {git} is older than {}.{}",
+                MIN_KUBERNETES.0, MIN_KUBERNETES.1
+            ),
+            "upgrade the cluster: the CRDs use validation rules and the operator is built against the 1.32 API",
+        ),
+    }
+}
+
+async fn access_line(
+    client: &Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    ns: Option<&str>,
+) -> CheckLine {
+    let scope = ns.map(|n| format!(" in namespace {n}")).unwrap_or_default();
+    let what = format!("may {verb} {resource}{scope}");
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: ns.map(Into::into),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &review).await {
+        Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => CheckLine::pass(what),
+        Ok(r) => {
+            let reason = r.status.and_then(|s| s.reason).filter(|s| !s.is_empty());
+            CheckLine::fail(
+                format!(
+                    "{what}: denied{}",
+                    reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                ),
+                "install needs a cluster-admin-like account once (CRDs and RBAC); ask your cluster admin or use one",
+            )
+        }
+        Err(e) => CheckLine::fail(
+            crate::cluster::describe(&format!("review access to {verb} {resource}"), &e),
+            "check your account",
+        ),
+    }
+}
+
+/// After install: CRDs established, operator available, a fresh leader, and the same version as this CLI.
+pub async fn post_install(
+    client: &Client,
+    namespace: &str,
+    cli_version: &str,
+    now: Timestamp,
+) -> Vec<CheckLine> {
+    let mut out = Vec::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crate::crd::crds() {
+        let name = crd.name_any();
+        out.push(match crds.get_opt(&name).await {
+            Ok(Some(live)) if established(&live) => {
+                CheckLine::pass(format!("CRD {name} is established"))
+            }
+            Ok(Some(_)) => CheckLine::fail(
+                format!("CRD {name} is not established"),
+                format!("kubectl describe crd {name}"),
+            ),
+            Ok(None) => CheckLine::fail(
+                format!("CRD {name} is missing"),
+                "run `sentry-tenants install`",
+            ),
+            Err(e) => CheckLine::fail(
+                crate::cluster::describe(&format!("get CRD {name}"), &e),
+                "check your kubeconfig",
+            ),
+        });
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    match deployments.get_opt("sentry-tenants").await {
+        Ok(Some(d)) => {
+            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let available = d
+                .status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
+            out.push(if available >= want && want > 0 {
+                CheckLine::pass(format!("operator Deployment available ({available}/{want})"))
+            } else {
+                CheckLine::fail(
+                    format!("operator Deployment not available ({available}/{want})"),
+                    format!("kubectl -n {namespace} describe deployment sentry-tenants; kubectl -n {namespace} logs deploy/sentry-tenants"),
+                )
+            });
+            let installed = d
+                .labels()
+                .get("app.kubernetes.io/version")
+                .cloned()
+                .unwrap_or_default();
+            out.push(if installed == cli_version {
+                CheckLine::pass(format!("installed version {installed} matches this CLI"))
+            } else {
+                CheckLine::fail(
+                    format!("installed version {installed:?} differs from this CLI ({cli_version})"),
+                    "run `sentry-tenants install` with this CLI to upgrade (or use the CLI of the installed version)",
+                )
+            });
+        }
+        Ok(None) => out.push(CheckLine::fail(
+            format!("operator Deployment {namespace}/sentry-tenants is missing"),
+            "run `sentry-tenants install`",
+        )),
+        Err(e) => out.push(CheckLine::fail(
+            crate::cluster::describe("get the operator Deployment", &e),
+            "check your kubeconfig",
+        )),
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    out.push(match leases.get_opt(LEASE_NAME).await {
+        Ok(Some(lease)) => lease_line(&lease, now),
+        Ok(None) => CheckLine::fail(
+            "no leader has been elected yet",
+            format!("kubectl -n {namespace} logs deploy/sentry-tenants"),
+        ),
+        Err(e) => CheckLine::fail(
+            crate::cluster::describe("get the leader Lease", &e),
+            "check your kubeconfig",
+        ),
+    });
+    out
+}
+
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
+
+fn lease_line(lease: &Lease, now: Timestamp) -> CheckLine {
+    let spec = lease.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.unwrap_or_default();
+    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+    let fresh = spec
+        .renew_time
+        .is_some_and(|t| t.0.checked_add(duration).is_ok_and(|until| until >= now));
+    if !holder.is_empty() && fresh {
+        CheckLine::pass(format!("leader {holder} holds a fresh Lease"))
+    } else if holder.is_empty() {
+        CheckLine::fail(
+            "the leader Lease is not held",
+            "the operator pods are not running or cannot renew: check their logs",
+        )
+    } else {
+        CheckLine::fail(
+            format!("the leader Lease held by {holder} is stale"),
+            "the leader stopped renewing: check the operator pods' logs",
+        )
+    }
+}
+
+/// Exit status of a check: success only when every line passed.
+pub fn all_passed(lines: &[CheckLine]) -> bool {
+    lines.iter().all(|l| l.ok)
+}

@@ -1,0 +1,236 @@
+//! The installer's subcommands as a person types them.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use super::check::{self, all_passed};
+use super::{InstallOptions, Progress, Values, dashboard, install, uninstall};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Yaml,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct InstallArgs {
+    /// Namespace to install into (created if missing).
+    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    pub namespace: String,
+    /// Operator image (also the provisioning Jobs' image).
+    #[arg(long, default_value = crate::DEFAULT_IMAGE)]
+    pub image: String,
+    /// Operator replicas; one leads, all serve the dashboard.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u8,
+    /// ClickHouse HTTP endpoint the provisioner talks to.
+    #[arg(long, default_value = "http://clickhouse:8123")]
+    pub clickhouse_url: String,
+    /// Secret (keys `username`, `password`) holding the ClickHouse admin credentials; only the provisioning
+    /// Jobs read it.
+    #[arg(long, default_value = "clickhouse-admin")]
+    pub clickhouse_admin_secret: String,
+    /// Serve the dashboard without any mutating route, and drop the RBAC those routes would need.
+    #[arg(long)]
+    pub read_only_dashboard: bool,
+    /// Print the bundle instead of applying it; needs no cluster (for GitOps).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Output format of the printed bundle (implies --dry-run).
+    #[arg(long, short = 'o', value_enum)]
+    pub output: Option<Output>,
+    /// Wait until the operator is rolled out.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub wait: bool,
+    /// How long to wait for CRDs and the rollout, e.g. 90s, 5m.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Take over fields another field manager owns instead of stopping.
+    #[arg(long)]
+    pub force_conflicts: bool,
+}
+
+impl InstallArgs {
+    pub fn values(&self) -> anyhow::Result<Values> {
+        Ok(Values {
+            namespace: self.namespace.clone(),
+            image: self.image.clone(),
+            replicas: self.replicas,
+            clickhouse_url: self.clickhouse_url.clone(),
+            clickhouse_admin_secret: self.clickhouse_admin_secret.clone(),
+            read_only_dashboard: self.read_only_dashboard,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+        .validate()?)
+    }
+}
+
+/// `90s`, `5m`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: use e.g. 90s, 5m or 1h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("invalid duration {s:?}: use e.g. 90s, 5m or 1h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
+    let values = args.values()?;
+    if args.dry_run || args.output.is_some() {
+        print!("{}", values.render_yaml());
+        return Ok(());
+    }
+    let client = crate::cluster::connect().await?;
+    let progress = Progress::for_stderr();
+    let opts = InstallOptions {
+        force_conflicts: args.force_conflicts,
+        wait: args.wait,
+        timeout: args.timeout,
+        ..InstallOptions::default()
+    };
+    let report = install(&client, &values, &opts, &progress).await;
+    progress.finish();
+    let report = report?;
+    let ns = &values.namespace;
+    eprintln!(
+        "\nsentry-tenants {} installed in namespace {ns}: {} objects applied{}.",
+        values.version,
+        report.applied.len(),
+        if report.pruned.is_empty() {
+            String::new()
+        } else {
+            format!(", {} pruned", report.pruned.len())
+        }
+    );
+    if !args.wait {
+        eprintln!("Not waiting for the rollout; follow it with: sentry-tenants check -n {ns}");
+    }
+    eprintln!("Open the dashboard:  sentry-tenants dashboard -n {ns}");
+    eprintln!(
+        "  (or: kubectl -n {ns} port-forward deploy/sentry-tenants 8080 and open http://127.0.0.1:8080/)"
+    );
+    eprintln!("Check the install:   sentry-tenants check -n {ns}");
+    Ok(())
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UninstallArgs {
+    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    pub namespace: String,
+    /// Also delete the CRDs — and with them every Tenant and RunJob in the cluster.
+    #[arg(long)]
+    pub delete_crds: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+pub async fn run_uninstall(args: UninstallArgs) -> anyhow::Result<()> {
+    if args.delete_crds && !args.yes {
+        confirm(
+            "This deletes the Tenant and RunJob CRDs and every tenant object in the cluster (ClickHouse data is not touched).",
+        )?;
+    }
+    let client = crate::cluster::connect().await?;
+    let progress = Progress::for_stderr();
+    let report = uninstall(&client, &args.namespace, args.delete_crds, &progress).await;
+    progress.finish();
+    let report = report?;
+    eprintln!(
+        "\nsentry-tenants uninstalled from {}: {} objects deleted.",
+        args.namespace,
+        report.deleted.len()
+    );
+    Ok(())
+}
+
+fn confirm(what: &str) -> anyhow::Result<()> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        anyhow::bail!("{what} Refusing without confirmation: re-run with --yes");
+    }
+    eprint!("{what}\nType 'yes' to continue: ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer)?;
+    if answer.trim() != "yes" {
+        anyhow::bail!("aborted: nothing was deleted");
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    pub namespace: String,
+    /// Before installing: cluster reachable, version supported, permissions to install.
+    #[arg(long)]
+    pub pre: bool,
+}
+
+pub async fn run_check(args: CheckArgs) -> anyhow::Result<bool> {
+    let client = crate::cluster::connect().await?;
+    let lines = if args.pre {
+        check::preflight(&client, &args.namespace).await
+    } else {
+        check::post_install(
+            &client,
+            &args.namespace,
+            env!("CARGO_PKG_VERSION"),
+            jiff::Timestamp::now(),
+        )
+        .await
+    };
+    for line in &lines {
+        println!("{line}");
+    }
+    let ok = all_passed(&lines);
+    println!(
+        "{}",
+        if ok {
+            "All checks passed."
+        } else {
+            "Some checks failed."
+        }
+    );
+    Ok(ok)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DashboardArgs {
+    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    pub namespace: String,
+    /// Local port (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Do not try to open a browser.
+    #[arg(long)]
+    pub no_browser: bool,
+}
+
+pub async fn run_dashboard(args: DashboardArgs) -> anyhow::Result<()> {
+    let client = crate::cluster::connect().await?;
+    dashboard::dashboard(client, &args.namespace, args.port, !args.no_browser).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_seconds_minutes_and_hours() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("42"), Ok(Duration::from_secs(42)));
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

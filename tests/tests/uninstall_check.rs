@@ -1,0 +1,257 @@
+//! `uninstall` and `check` against the in-memory API.
+
+use std::time::Duration;
+
+use http::Method;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction};
+use sentry_tenants::install::check::{all_passed, post_install, preflight};
+use sentry_tenants::install::{InstallOptions, Progress, Values, install, uninstall};
+use sentry_tenants::leader::LeaderElection;
+use sentry_tenants_tests::{Cluster, NS, status_body};
+use serde_json::json;
+
+fn values() -> Values {
+    Values {
+        namespace: NS.into(),
+        image: sentry_tenants::DEFAULT_IMAGE.into(),
+        replicas: 1,
+        clickhouse_url: "http://clickhouse:8123".into(),
+        clickhouse_admin_secret: "clickhouse-admin".into(),
+        read_only_dashboard: false,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+    .validate()
+    .unwrap()
+}
+
+async fn installed() -> Cluster {
+    let c = Cluster::new().await;
+    let opts = InstallOptions {
+        wait: false,
+        ..InstallOptions::default()
+    };
+    install(&c.client, &values(), &opts, &Progress::Quiet)
+        .await
+        .unwrap();
+    c
+}
+
+async fn crd_exists(c: &Cluster, name: &str) -> bool {
+    Api::<CustomResourceDefinition>::all(c.admin.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+#[tokio::test]
+async fn uninstall_without_delete_crds_keeps_tenants_crds_and_their_namespace_and_frees_finalizers()
+{
+    let c = installed().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
+    let report = uninstall(&c.client, NS, false, &Progress::Quiet)
+        .await
+        .unwrap();
+
+    let deployments: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
+    assert!(
+        deployments
+            .get_opt("sentry-tenants")
+            .await
+            .unwrap()
+            .is_none(),
+        "operator removed"
+    );
+    assert!(
+        report
+            .deleted
+            .iter()
+            .any(|d| d == "Role sentry-tenants/sentry-tenants")
+    );
+    assert!(
+        c.tenant("acme").await.metadata.deletion_timestamp.is_none(),
+        "tenant untouched"
+    );
+    assert!(crd_exists(&c, "tenants.sentry.io").await && crd_exists(&c, "runjobs.sentry.io").await);
+    assert_eq!(
+        c.namespaces.names(),
+        [NS],
+        "namespace kept: it holds a tenant"
+    );
+    let run = c.run("acme-provision-1").await.unwrap();
+    assert!(
+        !run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER),
+        "no finalizer left for an absent operator"
+    );
+    assert!(report.kept.iter().any(|k| k.contains("holds 1 tenant")));
+}
+
+#[tokio::test]
+async fn uninstall_with_delete_crds_releases_finalizers_first_then_removes_everything() {
+    let c = installed().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
+    c.log.clear();
+    uninstall(&c.client, NS, true, &Progress::Quiet)
+        .await
+        .unwrap();
+    let log = c.log.all();
+    let released = log
+        .iter()
+        .position(|r| r.method == Method::PATCH && r.path.contains("/runjobs/"))
+        .expect("finalizer released");
+    let crd_deleted = log
+        .iter()
+        .position(|r| r.method == Method::DELETE && r.path.contains("customresourcedefinitions"))
+        .unwrap();
+    assert!(
+        released < crd_deleted,
+        "finalizers go before the CRDs, so nothing hangs in Terminating"
+    );
+    assert!(
+        !crd_exists(&c, "tenants.sentry.io").await && !crd_exists(&c, "runjobs.sentry.io").await
+    );
+    assert!(c.namespaces.names().is_empty(), "namespace deleted");
+}
+
+#[tokio::test]
+async fn uninstall_of_an_empty_install_deletes_the_namespace() {
+    let c = installed().await;
+    uninstall(&c.client, NS, false, &Progress::Quiet)
+        .await
+        .unwrap();
+    assert!(c.namespaces.names().is_empty());
+    assert!(
+        crd_exists(&c, "tenants.sentry.io").await,
+        "CRDs kept without --delete-crds"
+    );
+}
+
+fn answer_version_and_reviews(c: &Cluster, minor: &'static str, denied: &'static str) {
+    c.intercept.set(move |method, path, _, body| {
+        if path == "/version" {
+            return Some((200, json!({"major": "1", "minor": minor, "gitVersion": format!("v1.{minor}.2"), "gitCommit": "", "gitTreeState": "", "buildDate": "", "goVersion": "", "compiler": "", "platform": ""})));
+        }
+        if *method == Method::POST && path.ends_with("/selfsubjectaccessreviews") {
+            let resource = body["spec"]["resourceAttributes"]["resource"].as_str().unwrap_or_default();
+            let mut review = body.clone();
+            review["status"] = json!({"allowed": resource != denied, "reason": if resource == denied { "RBAC: no rule" } else { "" }});
+            return Some((201, review));
+        }
+        None
+    });
+}
+
+#[tokio::test]
+async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_cluster() {
+    let c = Cluster::new().await;
+    answer_version_and_reviews(&c, "31", "");
+    let lines = preflight(&c.client, NS).await;
+    assert!(all_passed(&lines), "{lines:#?}");
+    assert_eq!(lines.len(), 8, "reachable, version, six access reviews");
+    assert!(
+        lines[0]
+            .to_string()
+            .starts_with("✓ Kubernetes API reachable (v1.31.2)")
+    );
+
+    answer_version_and_reviews(&c, "31", "customresourcedefinitions");
+    let lines = preflight(&c.client, NS).await;
+    assert!(!all_passed(&lines));
+    let failed: Vec<String> = lines
+        .iter()
+        .filter(|l| !l.ok)
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0].starts_with(
+            "✗ may create customresourcedefinitions: denied (RBAC: no rule)\n    hint: "
+        ),
+        "{}",
+        failed[0]
+    );
+
+    answer_version_and_reviews(&c, "28", "");
+    assert!(
+        preflight(&c.client, NS)
+            .await
+            .iter()
+            .any(|l| !l.ok && l.what.contains("older than 1.30"))
+    );
+}
+
+#[tokio::test]
+async fn preflight_on_an_unreachable_cluster_says_so_once() {
+    let c = Cluster::new().await;
+    c.intercept.set(|_, path, _, _| {
+        (path == "/version").then(|| {
+            (
+                503,
+                status_body(503, "ServiceUnavailable", "apiserver is down"),
+            )
+        })
+    });
+    let lines = preflight(&c.client, NS).await;
+    assert_eq!(lines.len(), 1);
+    assert!(!lines[0].ok && lines[0].hint.as_deref().unwrap().contains("kubeconfig"));
+}
+
+#[tokio::test]
+async fn post_install_check_passes_only_when_available_led_and_same_version() {
+    let c = installed().await;
+    let now = Timestamp::now();
+    let lines = post_install(&c.client, NS, env!("CARGO_PKG_VERSION"), now).await;
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| !l.ok)
+        .map(|l| l.what.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "operator Deployment not available (0/1)",
+            "no leader has been elected yet"
+        ],
+        "{lines:#?}"
+    );
+
+    let deployments: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
+    let status = json!({"status": {"availableReplicas": 1, "replicas": 1, "updatedReplicas": 1}});
+    deployments
+        .patch_status(
+            "sentry-tenants",
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    let elector = LeaderElection::new(
+        Api::namespaced(c.admin.clone(), NS),
+        "pod-a",
+        Duration::from_secs(15),
+        sentry_tenants::clock::Clock::System,
+    );
+    assert!(elector.try_acquire_or_renew().await.unwrap());
+    let lines = post_install(&c.client, NS, env!("CARGO_PKG_VERSION"), Timestamp::now()).await;
+    assert!(all_passed(&lines), "{lines:#?}");
+
+    let later = Timestamp::now() + SignedDuration::from_secs(60);
+    let lines = post_install(&c.client, NS, "9.9.9", later).await;
+    let failed: Vec<&str> = lines
+        .iter()
+        .filter(|l| !l.ok)
+        .map(|l| l.what.as_str())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(failed[0].contains("differs from this CLI (9.9.9)"));
+    assert!(failed[1].contains("is stale"));
+}
