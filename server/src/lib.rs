@@ -9,7 +9,9 @@ pub mod controller;
 pub mod crd;
 pub mod install;
 pub mod leader;
-pub mod names;
+/// Tenant-name validation and derived names live with the dashboard (its form uses them) and are
+/// re-exported here for the operator.
+pub use sentry_tenants_app::names;
 pub mod operator;
 pub mod provision;
 pub mod telemetry;

@@ -37,6 +37,17 @@ pub struct RunArgs {
     /// Lease duration; the leader renews every third of it.
     #[arg(long, default_value = "15", value_name = "SECONDS")]
     pub lease_seconds: u64,
+    /// Address of the dashboard. Loopback by default: `sentry-tenants dashboard` (a port-forward)
+    /// reaches it, other pods cannot.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_DASHBOARD_ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub dashboard_addr: SocketAddr,
+    /// Serve the dashboard without any mutating route.
+    #[arg(long, env = "SENTRY_TENANTS_READ_ONLY_DASHBOARD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub read_only_dashboard: bool,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -81,6 +92,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
 
+    let dashboard = crate::web::dashboard::router(crate::web::dashboard::Dashboard {
+        backend: Arc::new(crate::web::backend::ClusterBackend {
+            client: client.clone(),
+            stores: stores.clone(),
+            namespace: args.config.namespace.clone(),
+            read_only: args.read_only_dashboard,
+            clock: Clock::System,
+        }),
+        actions: Arc::new(crate::web::actions::Actions {
+            client: client.clone(),
+            stores: stores.clone(),
+            namespace: args.config.namespace.clone(),
+        }),
+        changes: stores.changes.subscribe(),
+        read_only: args.read_only_dashboard,
+    });
+    let dashboard_listener = tokio::net::TcpListener::bind(args.dashboard_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.dashboard_addr))?;
+    let dashboard_shutdown = wait_for(shutdown_rx.clone());
+    let dashboard_server = tokio::spawn(async move {
+        axum::serve(dashboard_listener, dashboard)
+            .with_graceful_shutdown(dashboard_shutdown)
+            .await
+    });
+    tracing::info!(dashboard = %args.dashboard_addr, read_only = args.read_only_dashboard, "dashboard listening");
+
     let controllers = tokio::spawn(run_controllers(ctx, writers, wait_for(shutdown_rx)));
     shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight reconciles");
@@ -88,6 +126,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = controllers.await;
     let _ = election.await;
     let _ = probe_server.await;
+    let _ = dashboard_server.await;
     tracing::info!("stopped");
     Ok(())
 }

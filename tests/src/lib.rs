@@ -586,6 +586,8 @@ impl Cluster {
         refill(&mut w.tenants, tenants);
         refill(&mut w.runjobs, runs);
         refill(&mut w.jobs, jobs);
+        drop(w);
+        self.ctx.stores.changes.notify();
     }
 
     /// Empties the caches: an operator that just restarted and has not listed anything yet.
@@ -795,5 +797,37 @@ pub mod clickhouse_seam {
                 }),
             }
         }
+    }
+}
+
+/// The dashboard over the in-memory cluster: the real router, backend and actions, reading the same
+/// caches the reconcilers use.
+pub mod dashboard {
+    use std::sync::Arc;
+
+    use sentry_tenants::web::actions::Actions;
+    use sentry_tenants::web::backend::ClusterBackend;
+    use sentry_tenants::web::dashboard::{Dashboard, router};
+
+    use super::{Cluster, NS};
+
+    pub fn dashboard_router(c: &Cluster, read_only: bool) -> axum::Router {
+        let stores = c.ctx.stores.clone();
+        router(Dashboard {
+            backend: Arc::new(ClusterBackend {
+                client: c.client.clone(),
+                stores: stores.clone(),
+                namespace: NS.into(),
+                read_only,
+                clock: c.clock.clone(),
+            }),
+            actions: Arc::new(Actions {
+                client: c.client.clone(),
+                stores: stores.clone(),
+                namespace: NS.into(),
+            }),
+            changes: stores.changes.subscribe(),
+            read_only,
+        })
     }
 }

@@ -257,6 +257,23 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
     }
 }
 
+/// The name for a new Provision run: `<tenant>-provision-<n>`, one past the highest serial among the
+/// tenant's live runs and its history, so a retry after a failure gets a fresh name while two clicks
+/// racing for the same name collide on AlreadyExists (and start one run).
+pub fn next_provision_run(tenant: &Tenant, runs: &[Arc<RunJob>]) -> String {
+    let name = tenant.name_any();
+    let prefix = format!("{name}-provision-");
+    let serial = |n: &str| n.strip_prefix(&prefix).and_then(|s| s.parse::<u64>().ok());
+    let highest = runs
+        .iter()
+        .filter_map(|r| r.metadata.name.as_deref().and_then(serial))
+        .chain(tenant.history().iter().filter_map(|h| serial(&h.name)))
+        .max()
+        .unwrap_or(0);
+    let tenant_name = TenantName::parse(&name).expect("stored tenants have valid names");
+    tenant_name.run_job(RunAction::Provision.as_str(), highest + 1)
+}
+
 pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx.is_leader() {
         return Ok(Action::await_change());

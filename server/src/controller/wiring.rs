@@ -19,12 +19,30 @@ const SHARED_BUFFER: usize = 1024;
 /// Label on everything we create; the Job cache holds only those.
 pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=sentry-tenants";
 
-/// Read sides of the caches.
+/// Read sides of the caches, and a counter of their changes for the dashboard's live updates.
 #[derive(Clone)]
 pub struct Stores {
     pub tenants: Store<Tenant>,
     pub runjobs: Store<RunJob>,
     pub jobs: Store<Job>,
+    pub changes: Changes,
+}
+
+/// Counts changes to the cached tenants and runs; the dashboard's event stream follows it.
+#[derive(Clone)]
+pub struct Changes(Arc<watch::Sender<u64>>);
+
+impl Changes {
+    fn new() -> Self {
+        Self(Arc::new(watch::channel(0).0))
+    }
+    /// Announces a change (the watches do it; tests that feed the caches by hand do it too).
+    pub fn notify(&self) {
+        self.0.send_modify(|v| *v += 1);
+    }
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
 }
 
 /// Write sides of the caches: fed by watches in `run`, by hand in tests.
@@ -44,6 +62,7 @@ impl Stores {
                 tenants,
                 runjobs,
                 jobs,
+                changes: Changes::new(),
             },
             StoreWriters {
                 tenants: tw,
@@ -104,6 +123,8 @@ pub async fn run_controllers(
     let subscribe_runs_a = rw.subscribe().expect("shared store");
     let subscribe_runs_b = rw.subscribe().expect("shared store");
     let subscribe_jobs = jw.subscribe().expect("shared store");
+    let tenant_changes = tw.subscribe().expect("shared store");
+    let run_changes = rw.subscribe().expect("shared store");
 
     let tenant_watch = watcher(
         Api::<Tenant>::namespaced(client.clone(), &ns),
@@ -140,9 +161,17 @@ pub async fn run_controllers(
             .run(runjob::reconcile, report_error("runjob"), Arc::clone(&ctx))
             .for_each(|result| log_result("runjob", result));
 
+    // Subscribers must be drained, or the watches would wait for them.
+    let changes = ctx.stores.changes.clone();
+    let change_feed = futures::stream::select(tenant_changes.map(|_| ()), run_changes.map(|_| ()))
+        .for_each(move |()| {
+            changes.notify();
+            futures::future::ready(())
+        });
+
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
     let watches = async {
-        futures::join!(tenant_watch, run_watch, job_watch);
+        futures::join!(tenant_watch, run_watch, job_watch, change_feed);
     };
     tokio::select! {
         _ = watches => {}

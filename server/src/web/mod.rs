@@ -1,4 +1,9 @@
-//! HTTP: the probe port (`/healthz`, `/readyz`, `/metrics`). The dashboard joins later on its own port.
+//! HTTP: the probe port (`/healthz`, `/readyz`, `/metrics`) and the dashboard on its own listener.
+
+pub mod actions;
+pub mod assets;
+pub mod backend;
+pub mod dashboard;
 
 use std::sync::Arc;
 

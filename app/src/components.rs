@@ -1,0 +1,132 @@
+//! Pieces every page uses.
+
+use leptos::prelude::*;
+use leptos_router::components::A;
+use leptos_router::hooks::use_query_map;
+
+use crate::forms::PostForm;
+use crate::live::use_live;
+use crate::model::{TenantRow, phase_class};
+
+#[component]
+pub fn Layout(children: Children) -> impl IntoView {
+    let live = use_live();
+    view! {
+        <header class="top">
+            <a class="brand" href="/">"sentry-tenants"</a>
+            <nav>
+                <A href="/" exact=true>"Overview"</A>
+                <A href="/tenants">"Tenants"</A>
+                <A href="/runs">"Run jobs"</A>
+            </nav>
+            <span class="live" title="Live updates from the cluster">
+                {move || if live.connected.get() { "● Live" } else { "○ Static" }}
+            </span>
+        </header>
+        <main>{children()}</main>
+    }
+}
+
+#[component]
+pub fn PhaseBadge(#[prop(into)] phase: String) -> impl IntoView {
+    view! { <span class=phase_class(&phase) data-phase=phase.clone()>{phase.clone()}</span> }
+}
+
+#[component]
+pub fn ReadyCell(
+    ready: bool,
+    #[prop(into)] reason: String,
+    #[prop(into)] message: String,
+) -> impl IntoView {
+    let text = if ready { "Ready" } else { "Not ready" };
+    let class = if ready { "ready yes" } else { "ready no" };
+    view! {
+        <span class=class title=message.clone()>{text}</span>
+        {(!ready).then(|| view! { <small class="why">{reason}</small> })}
+    }
+}
+
+/// `?notice=` / `?error=` left by a no-JS form post.
+#[component]
+pub fn Flash() -> impl IntoView {
+    let query = use_query_map();
+    move || {
+        let q = query.get();
+        let notice = q
+            .get("notice")
+            .map(|m| view! { <p class="flash ok" role="status">{m}</p> });
+        let error = q
+            .get("error")
+            .map(|m| view! { <p class="flash bad" role="alert">{m}</p> });
+        (notice, error)
+    }
+}
+
+#[component]
+pub fn EmptyState(
+    #[prop(into)] title: String,
+    #[prop(into)] hint: String,
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <div class="empty">
+            <h3>{title}</h3>
+            <p>{hint}</p>
+            {children()}
+        </div>
+    }
+}
+
+/// Provision / Suspend / Resume for one tenant, each shown only when the tenant's state allows it and
+/// the dashboard is not read-only. Suspend asks for a confirmation first (a link to the same page with
+/// `?confirm=suspend`), which works the same with and without JavaScript.
+#[component]
+pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String) -> impl IntoView {
+    if read_only {
+        return view! { <span class="muted">"read-only"</span> }.into_any();
+    }
+    let name = row.name.clone();
+    let confirm_href = format!(
+        "{here}{}confirm=suspend&tenant={name}",
+        if here.contains('?') { '&' } else { '?' }
+    );
+    view! {
+        <div class="actions">
+            {row.can_provision().then(|| view! {
+                <PostForm action=format!("/actions/tenants/{name}/provision")>
+                    <button type="submit" class="btn primary">"Provision"</button>
+                </PostForm>
+            })}
+            {(row.provisioning).then(|| view! { <span class="muted">"provisioning…"</span> })}
+            {row.can_suspend().then(|| view! { <a class="btn" href=confirm_href.clone()>"Suspend"</a> })}
+            {row.can_resume().then(|| view! {
+                <PostForm action=format!("/actions/tenants/{name}/resume")>
+                    <button type="submit" class="btn">"Resume"</button>
+                </PostForm>
+            })}
+        </div>
+    }
+    .into_any()
+}
+
+/// The confirmation box for a destructive action requested with `?confirm=suspend&tenant=…`.
+#[component]
+pub fn ConfirmSuspend(read_only: bool, #[prop(into)] back: String) -> impl IntoView {
+    let query = use_query_map();
+    move || {
+        let q = query.get();
+        let tenant = q
+            .get("tenant")
+            .filter(|_| q.get("confirm").as_deref() == Some("suspend") && !read_only)?;
+        let back = back.clone();
+        Some(view! {
+            <div class="confirm" role="dialog" aria-label="Confirm suspend">
+                <p>"Suspend " <strong>{tenant.clone()}</strong> "? Its ClickHouse logins will be locked until it is resumed."</p>
+                <PostForm action=format!("/actions/tenants/{tenant}/suspend") return_to=back.clone()>
+                    <button type="submit" class="btn danger">"Suspend " {tenant.clone()}</button>
+                    <a class="btn" href=back.clone()>"Cancel"</a>
+                </PostForm>
+            </div>
+        })
+    }
+}

@@ -1,0 +1,75 @@
+//! The sentry-tenants dashboard: a Leptos app rendered by the server (feature `ssr`) and hydrated in the
+//! browser (feature `hydrate`, built to wasm by `server/build.rs`). It never talks to Kubernetes: reads
+//! go through [`api::Backend`], which the server implements over its caches; writes are form posts the
+//! server handles. Every route renders with `SsrMode::Async`: the HTML is complete before it is sent, so
+//! the dashboard works with JavaScript off.
+
+pub mod api;
+pub mod components;
+pub mod forms;
+pub mod live;
+pub mod model;
+pub mod names;
+pub mod pages;
+
+use leptos::prelude::*;
+use leptos_meta::{Link, Meta, Title, provide_meta_context};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::{SsrMode, path};
+
+use components::Layout;
+use pages::{NewTenantPage, NotFound, OverviewPage, RunPage, RunsPage, TenantPage, TenantsPage};
+
+/// Name of the wasm bundle and its JS glue under `/pkg/`.
+pub const OUTPUT_NAME: &str = "sentry_tenants_app";
+
+/// The HTML document around the app.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <AutoReload options=options.clone()/>
+                <HydrationScripts options/>
+                <leptos_meta::MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    live::provide_live();
+    view! {
+        <Title text="sentry-tenants"/>
+        <Meta name="description" content="Tenants, run jobs and provisioning"/>
+        <Link rel="stylesheet" href="/assets/style.css"/>
+        <Link rel="icon" href="/assets/favicon.svg" type_="image/svg+xml"/>
+        <Router>
+            <Layout>
+                <Routes fallback=NotFound>
+                    <Route path=path!("/") view=OverviewPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants") view=TenantsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/new") view=NewTenantPage ssr=SsrMode::Async/>
+                    <Route path=path!("/tenants/:name") view=TenantPage ssr=SsrMode::Async/>
+                    <Route path=path!("/runs") view=RunsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/runs/:name") view=RunPage ssr=SsrMode::Async/>
+                </Routes>
+            </Layout>
+        </Router>
+    }
+}
+
+/// Entry point of the wasm bundle: attaches to the server-rendered page.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -1,0 +1,261 @@
+//! What the dashboard shows, as plain data: computed on the server from the caches, sent to the browser
+//! as JSON. Nothing here is secret — a credentials Secret appears by *name* only.
+
+use serde::{Deserialize, Serialize};
+
+/// One tenant row.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TenantRow {
+    pub name: String,
+    pub display_name: Option<String>,
+    pub phase: String,
+    pub ready: bool,
+    pub ready_reason: String,
+    pub ready_message: String,
+    pub database: Option<String>,
+    pub secret_name: Option<String>,
+    /// RFC 3339.
+    pub created: Option<String>,
+    pub suspended: bool,
+    pub access_locked: bool,
+    /// A Provision run exists that has not finished.
+    pub provisioning: bool,
+}
+
+impl TenantRow {
+    /// Provision makes sense when no database was reported and no Provision run is in flight.
+    pub fn can_provision(&self) -> bool {
+        self.database.is_none() && !self.provisioning && !self.suspended
+    }
+    pub fn can_suspend(&self) -> bool {
+        !self.suspended
+    }
+    pub fn can_resume(&self) -> bool {
+        self.suspended
+    }
+}
+
+/// One run job row.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RunRow {
+    pub name: String,
+    pub tenant: String,
+    pub action: String,
+    /// `Pending`, `Running`, `Succeeded`, `Failed`, or `Pending` before the controller saw it.
+    pub phase: String,
+    pub job: Option<String>,
+    pub started: Option<String>,
+    pub finished: Option<String>,
+    /// When the run and its Job are deleted.
+    pub cleanup_at: Option<String>,
+    pub message: String,
+}
+
+impl RunRow {
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase.as_str(), "Succeeded" | "Failed")
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ConditionView {
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct HistoryView {
+    pub name: String,
+    pub action: String,
+    pub phase: String,
+    pub message: String,
+    pub finished: String,
+    pub log_tail: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct EventView {
+    pub type_: String,
+    pub reason: String,
+    pub message: String,
+    pub time: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TenantDetail {
+    pub tenant: TenantRow,
+    pub conditions: Vec<ConditionView>,
+    pub runs: Vec<RunRow>,
+    pub history: Vec<HistoryView>,
+    pub events: Vec<EventView>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RunDetail {
+    pub run: RunRow,
+    pub job_status: Option<String>,
+    pub log_tail: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct PhaseCount {
+    pub phase: String,
+    pub count: usize,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Overview {
+    pub tenants_by_phase: Vec<PhaseCount>,
+    pub tenants_total: usize,
+    pub runs_in_flight: usize,
+    pub finished_last_24h: usize,
+    pub cleaned_up_last_24h: usize,
+    pub leader: Option<String>,
+    pub version: String,
+}
+
+/// What every page needs to know about the session: the server's clock (countdowns are computed against
+/// it, not the browser's) and whether mutations exist at all.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub server_now: String,
+    pub read_only: bool,
+    pub namespace: String,
+}
+
+/// Phases in display order, for filters and the overview.
+pub const TENANT_PHASES: [&str; 5] = ["Active", "Provisioning", "Pending", "Suspended", "Failed"];
+
+/// CSS class of a phase badge. The badge always carries the phase as text too: colour is never the only
+/// signal.
+pub fn phase_class(phase: &str) -> &'static str {
+    match phase {
+        "Active" | "Succeeded" => "badge ok",
+        "Provisioning" | "Running" => "badge busy",
+        "Pending" => "badge idle",
+        "Suspended" => "badge paused",
+        "Failed" => "badge bad",
+        _ => "badge idle",
+    }
+}
+
+/// Seconds between two RFC 3339 timestamps (`to - from`), if both parse.
+pub fn seconds_between(from: &str, to: &str) -> Option<i64> {
+    let a: jiff::Timestamp = from.parse().ok()?;
+    let b: jiff::Timestamp = to.parse().ok()?;
+    Some(b.as_second() - a.as_second())
+}
+
+/// "3d 4h", "5m 02s", "12s": short and stable.
+pub fn human_duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (d, h, m, sec) = (s / 86_400, (s % 86_400) / 3600, (s % 3600) / 60, s % 60);
+    if d > 0 {
+        format!("{d}d {h}h")
+    } else if h > 0 {
+        format!("{h}h {m:02}m")
+    } else if m > 0 {
+        format!("{m}m {sec:02}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
+/// Age of something created at `created`, as of `now`.
+pub fn age(created: Option<&str>, now: &str) -> String {
+    created
+        .and_then(|c| seconds_between(c, now))
+        .map(human_duration)
+        .unwrap_or_else(|| "—".to_owned())
+}
+
+/// The cleanup countdown of a finished run: "in 4m 12s", or "now" once due.
+pub fn countdown(cleanup_at: Option<&str>, now: &str) -> Option<String> {
+    let left = seconds_between(now, cleanup_at?)?;
+    Some(if left <= 0 {
+        "now".to_owned()
+    } else {
+        format!("in {}", human_duration(left))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human_duration(0), "0s");
+        assert_eq!(human_duration(59), "59s");
+        assert_eq!(human_duration(61), "1m 01s");
+        assert_eq!(human_duration(3 * 3600 + 5 * 60), "3h 05m");
+        assert_eq!(human_duration(2 * 86_400 + 3600), "2d 1h");
+        assert_eq!(human_duration(-5), "0s");
+    }
+
+    #[test]
+    fn countdowns_reach_now_and_stay_there() {
+        let now = "2026-11-30T12:00:00Z";
+        assert_eq!(
+            countdown(Some("2026-11-30T12:04:12Z"), now).as_deref(),
+            Some("in 4m 12s")
+        );
+        assert_eq!(
+            countdown(Some("2026-11-30T12:00:00Z"), now).as_deref(),
+            Some("now")
+        );
+        assert_eq!(
+            countdown(Some("2026-11-30T11:00:00Z"), now).as_deref(),
+            Some("now")
+        );
+        assert_eq!(countdown(None, now), None);
+        assert_eq!(age(Some("2026-11-29T12:00:00Z"), now), "1d 0h");
+    }
+
+    #[test]
+    fn actions_follow_the_tenants_state() {
+        let row = TenantRow {
+            name: "acme".into(),
+            display_name: None,
+            phase: "Pending".into(),
+            ready: false,
+            ready_reason: "Pending".into(),
+            ready_message: String::new(),
+            database: None,
+            secret_name: None,
+            created: None,
+            suspended: false,
+            access_locked: false,
+            provisioning: false,
+        };
+        assert!(row.can_provision() && row.can_suspend() && !row.can_resume());
+        let in_flight = TenantRow {
+            provisioning: true,
+            ..row.clone()
+        };
+        assert!(
+            !in_flight.can_provision(),
+            "a second click while one is in flight does nothing"
+        );
+        let active = TenantRow {
+            database: Some("tenant_acme".into()),
+            ..row.clone()
+        };
+        assert!(!active.can_provision());
+        let suspended = TenantRow {
+            suspended: true,
+            ..row
+        };
+        assert!(!suspended.can_suspend() && suspended.can_resume() && !suspended.can_provision());
+    }
+
+    #[test]
+    fn every_phase_has_a_badge_class() {
+        for p in TENANT_PHASES.iter().chain(&["Running", "Succeeded"]) {
+            assert!(phase_class(p).starts_with("badge "));
+        }
+    }
+}

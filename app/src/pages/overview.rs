@@ -1,0 +1,58 @@
+use leptos::prelude::*;
+
+use super::load_error;
+use crate::api::get_overview;
+use crate::live::use_live;
+use crate::model::phase_class;
+
+#[component]
+pub fn OverviewPage() -> impl IntoView {
+    let live = use_live();
+    let data = Resource::new(move || live.version.get(), |_| get_overview());
+    view! {
+        <section>
+            <h1>"Overview"</h1>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Err(e) => load_error(e),
+                        Ok((meta, o)) => view! {
+                            <div class="cards">
+                                <a class="card" href="/tenants">
+                                    <span class="num">{o.tenants_total}</span>
+                                    <span class="label">"tenants"</span>
+                                </a>
+                                {o.tenants_by_phase.into_iter().map(|p| view! {
+                                    <a class="card" href=format!("/tenants?phase={}", p.phase)>
+                                        <span class="num">{p.count}</span>
+                                        <span class=phase_class(&p.phase)>{p.phase.clone()}</span>
+                                    </a>
+                                }).collect_view()}
+                            </div>
+                            <div class="cards">
+                                <a class="card" href="/runs">
+                                    <span class="num">{o.runs_in_flight}</span>
+                                    <span class="label">"runs in flight"</span>
+                                </a>
+                                <div class="card">
+                                    <span class="num">{o.finished_last_24h}</span>
+                                    <span class="label">"runs finished (24 h)"</span>
+                                </div>
+                                <div class="card">
+                                    <span class="num">{o.cleaned_up_last_24h}</span>
+                                    <span class="label">"cleaned up (24 h)"</span>
+                                </div>
+                            </div>
+                            <p class="muted small">
+                                "Namespace " <code>{meta.namespace}</code>
+                                " · leader " <code>{o.leader.unwrap_or_else(|| "none yet".into())}</code>
+                                " · version " <code>{o.version}</code>
+                                {meta.read_only.then_some(" · read-only dashboard")}
+                            </p>
+                        }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}

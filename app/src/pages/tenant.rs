@@ -1,0 +1,93 @@
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use super::{RunsTable, load_error};
+use crate::api::get_tenant;
+use crate::components::{ConfirmSuspend, Flash, PhaseBadge, ReadyCell, TenantActions};
+use crate::forms::current_url;
+use crate::live::use_live;
+
+#[component]
+pub fn TenantPage() -> impl IntoView {
+    let live = use_live();
+    let params = use_params_map();
+    let name = move || params.get().get("name").unwrap_or_default();
+    let data = Resource::new(move || (live.version.get(), name()), |(_, n)| get_tenant(n));
+    let here = current_url();
+    view! {
+        <section>
+            <p class="crumbs"><a href="/tenants">"Tenants"</a> " / " {name}</p>
+            <Flash/>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || {
+                    let here = here.clone();
+                    Suspend::new(async move {
+                        let (meta, detail) = match data.await {
+                            Ok(d) => d,
+                            Err(e) => return load_error(e),
+                        };
+                        let Some(d) = detail else {
+                            return view! {
+                                <p class="flash bad">"This tenant does not exist (any more). " <a href="/tenants">"All tenants"</a></p>
+                            }.into_any();
+                        };
+                        let t = d.tenant.clone();
+                        let read_only = meta.read_only;
+                        view! {
+                            <div class="title-row">
+                                <h1>{t.name.clone()} " " <PhaseBadge phase=t.phase.clone()/></h1>
+                                <TenantActions row=t.clone() read_only here=here.clone()/>
+                            </div>
+                            <ConfirmSuspend read_only back=here.clone()/>
+                            {t.display_name.clone().map(|n| view! { <p class="sub">{n}</p> })}
+                            <dl class="facts">
+                                <dt>"Ready"</dt><dd><ReadyCell ready=t.ready reason=t.ready_reason.clone() message=t.ready_message.clone()/> " " <span class="muted">{t.ready_message.clone()}</span></dd>
+                                <dt>"Database"</dt><dd><code>{t.database.clone().unwrap_or_else(|| "—".into())}</code></dd>
+                                <dt>"Credentials Secret"</dt><dd><code>{t.secret_name.clone().unwrap_or_else(|| "—".into())}</code></dd>
+                                <dt>"Logins"</dt><dd>{if t.access_locked { "locked" } else { "allowed" }}</dd>
+                            </dl>
+                            <h2>"Conditions"</h2>
+                            <table class="grid">
+                                <thead><tr><th>"Type"</th><th>"Status"</th><th>"Reason"</th><th>"Message"</th><th>"Since"</th></tr></thead>
+                                <tbody>{d.conditions.into_iter().map(|c| view! {
+                                    <tr><td>{c.type_}</td><td>{c.status}</td><td>{c.reason}</td><td>{c.message}</td><td class="muted">{c.last_transition}</td></tr>
+                                }).collect_view()}</tbody>
+                            </table>
+                            <h2>"Runs"</h2>
+                            <RunsTable rows=d.runs server_now=meta.server_now.clone() empty="No run in progress or waiting for cleanup."/>
+                            <h2>"History"</h2>
+                            {if d.history.is_empty() {
+                                view! { <p class="muted">"No finished runs recorded yet."</p> }.into_any()
+                            } else {
+                                view! {
+                                    <table class="grid">
+                                        <thead><tr><th>"Run"</th><th>"Action"</th><th>"Outcome"</th><th>"Message"</th><th>"Finished"</th></tr></thead>
+                                        <tbody>{d.history.into_iter().map(|h| view! {
+                                            <tr>
+                                                <td>{h.name}</td><td>{h.action}</td><td><PhaseBadge phase=h.phase/></td>
+                                                <td>{h.message}{h.log_tail.map(|l| view! { <details><summary>"log"</summary><pre>{l}</pre></details> })}</td>
+                                                <td class="muted">{h.finished}</td>
+                                            </tr>
+                                        }).collect_view()}</tbody>
+                                    </table>
+                                }.into_any()
+                            }}
+                            <h2>"Recent events"</h2>
+                            {if d.events.is_empty() {
+                                view! { <p class="muted">"No recent events."</p> }.into_any()
+                            } else {
+                                view! {
+                                    <ul class="events">{d.events.into_iter().map(|e| view! {
+                                        <li class=if e.type_ == "Warning" { "warn" } else { "" }>
+                                            <strong>{e.reason}</strong> " " {e.message} " " <span class="muted">{e.time.unwrap_or_default()}</span>
+                                        </li>
+                                    }).collect_view()}</ul>
+                                }.into_any()
+                            }}
+                        }.into_any()
+                    })
+                }}
+            </Transition>
+        </section>
+    }
+}

@@ -1,0 +1,102 @@
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+use super::load_error;
+use crate::api::get_tenants;
+use crate::components::{ConfirmSuspend, EmptyState, Flash, PhaseBadge, ReadyCell, TenantActions};
+use crate::forms::current_url;
+use crate::live::{now_from, use_live};
+use crate::model::{TENANT_PHASES, age};
+
+#[component]
+pub fn TenantsPage() -> impl IntoView {
+    let live = use_live();
+    let query = use_query_map();
+    let phase = move || query.get().get("phase").filter(|p| !p.is_empty());
+    let search = move || query.get().get("q").filter(|q| !q.is_empty());
+    let data = Resource::new(
+        move || (live.version.get(), phase(), search()),
+        |(_, p, q)| get_tenants(p, q),
+    );
+    let here = current_url();
+    view! {
+        <section>
+            <div class="title-row">
+                <h1>"Tenants"</h1>
+                <a class="btn primary" href="/tenants/new">"New tenant"</a>
+            </div>
+            <Flash/>
+            // A GET form: filtering works the same without JavaScript.
+            <form method="get" action="/tenants" class="filters">
+                <label>"Phase "
+                    <select name="phase">
+                        <option value="" selected=move || phase().is_none()>"All"</option>
+                        {TENANT_PHASES.iter().map(|p| view! {
+                            <option value=*p selected=move || phase().as_deref() == Some(*p)>{*p}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <label>"Search "
+                    <input type="search" name="q" placeholder="name or display name" value=move || search().unwrap_or_default()/>
+                </label>
+                <button type="submit" class="btn">"Filter"</button>
+            </form>
+            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+                {move || {
+                    let here = here.clone();
+                    Suspend::new(async move {
+                        let (meta, rows, total) = match data.await {
+                            Ok(d) => d,
+                            Err(e) => return load_error(e),
+                        };
+                        let fetched = live.tick.get_untracked();
+                        if total == 0 {
+                            return view! {
+                                <EmptyState title="No tenants yet" hint="Create a tenant, then provision it to get its ClickHouse database and credentials.">
+                                    {(!meta.read_only).then(|| view! { <a class="btn primary" href="/tenants/new">"Create the first tenant"</a> })}
+                                </EmptyState>
+                            }.into_any();
+                        }
+                        if rows.is_empty() {
+                            return view! {
+                                <EmptyState title="No tenant matches" hint="Clear the filter to see every tenant.">
+                                    <a class="btn" href="/tenants">"Clear filter"</a>
+                                </EmptyState>
+                            }.into_any();
+                        }
+                        let read_only = meta.read_only;
+                        view! {
+                            <ConfirmSuspend read_only back=here.clone()/>
+                            <table class="grid">
+                                <thead><tr>
+                                    <th>"Name"</th><th>"Phase"</th><th>"Ready"</th><th>"Database"</th>
+                                    <th>"Credentials Secret"</th><th>"Age"</th><th>"Actions"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {rows.into_iter().map(|r| {
+                                        let server_now = meta.server_now.clone();
+                                        let created = r.created.clone();
+                                        view! {
+                                            <tr data-tenant=r.name.clone()>
+                                                <td>
+                                                    <a href=format!("/tenants/{}", r.name)>{r.name.clone()}</a>
+                                                    {r.display_name.clone().map(|d| view! { <div class="sub">{d}</div> })}
+                                                </td>
+                                                <td><PhaseBadge phase=r.phase.clone()/></td>
+                                                <td><ReadyCell ready=r.ready reason=r.ready_reason.clone() message=r.ready_message.clone()/></td>
+                                                <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
+                                                <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
+                                                <td>{move || age(created.as_deref(), &now_from(&server_now, fetched, live.tick.get()))}</td>
+                                                <td><TenantActions row=r.clone() read_only here=here.clone()/></td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        }.into_any()
+                    })
+                }}
+            </Transition>
+        </section>
+    }
+}

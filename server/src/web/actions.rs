@@ -1,0 +1,473 @@
+//! The dashboard's mutating routes — Create, Provision, Suspend, Resume — as plain form posts. Without
+//! JavaScript they redirect back (303) with the outcome in the query; the hydrated page asks for JSON
+//! instead. Every request must come from the dashboard's own origin, and none of these routes exists
+//! in read-only mode.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::post;
+use kube::api::{Api, ObjectMeta, Patch, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use sentry_tenants_app::forms::ActionReply;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::controller::{Stores, tenant::new_run_job, write_params};
+use crate::crd::{RunAction, Tenant, TenantSpec};
+use crate::names::{TenantName, validate_display_name};
+
+pub struct Actions {
+    pub client: Client,
+    pub stores: Stores,
+    pub namespace: String,
+}
+
+impl Actions {
+    fn tenants(&self) -> Api<Tenant> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+}
+
+pub fn router(actions: Arc<Actions>) -> Router {
+    Router::new()
+        .route("/tenants", post(create_tenant))
+        .route("/tenants/{name}/provision", post(provision))
+        .route("/tenants/{name}/suspend", post(suspend))
+        .route("/tenants/{name}/resume", post(resume))
+        .route_layer(middleware::from_fn(same_origin_only))
+        .with_state(actions)
+}
+
+/// Refuses cross-site requests: the browser's `Sec-Fetch-Site` must say same-origin, or — for clients
+/// that do not send it — `Origin` must name this host. A request with neither is refused too.
+pub async fn same_origin_only(request: Request, next: Next) -> Response {
+    // Only POST reaches a handler; anything else is left to the router's 405.
+    if request.method() != axum::http::Method::POST || is_same_origin(request.headers()) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::FORBIDDEN,
+            "cross-site request refused: the dashboard only accepts its own forms",
+        )
+            .into_response()
+    }
+}
+
+pub fn is_same_origin(headers: &HeaderMap) -> bool {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = get("sec-fetch-site") {
+        return site == "same-origin";
+    }
+    match (get("origin"), get("host")) {
+        (Some(origin), Some(host)) => {
+            let origin_host = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"));
+            origin_host == Some(host)
+        }
+        _ => false,
+    }
+}
+
+#[derive(Debug)]
+struct Outcome {
+    ok: bool,
+    status: StatusCode,
+    message: String,
+    redirect: Option<String>,
+}
+
+impl Outcome {
+    fn done(message: impl Into<String>) -> Self {
+        Self {
+            ok: true,
+            status: StatusCode::OK,
+            message: message.into(),
+            redirect: None,
+        }
+    }
+    fn failed(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            status,
+            message: message.into(),
+            redirect: None,
+        }
+    }
+    fn kube(action: &str, e: &kube::Error) -> Self {
+        let status = match e {
+            kube::Error::Api(s) => StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY),
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        Self::failed(status, crate::cluster::describe(action, e))
+    }
+}
+
+/// Where a no-JS post returns: a local path only (never another site, never `//host`).
+fn safe_return(return_to: Option<&str>) -> String {
+    match return_to {
+        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.to_owned(),
+        _ => "/tenants".to_owned(),
+    }
+}
+
+fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
+    let mut url = path.to_owned();
+    for (k, v) in pairs {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(&format!("{k}={}", encode(v)));
+    }
+    url
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Strips earlier `notice`/`error`/`confirm` parameters so messages do not pile up in the URL.
+fn without_messages(path: &str) -> String {
+    let Some((base, query)) = path.split_once('?') else {
+        return path.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| {
+            ![
+                "notice=",
+                "error=",
+                "confirm=",
+                "tenant=",
+                "name=",
+                "display_name=",
+            ]
+            .iter()
+            .any(|k| p.starts_with(k))
+        })
+        .collect();
+    if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    }
+}
+
+/// JSON for the hydrated page, a 303 back for a plain form post.
+fn reply(
+    headers: &HeaderMap,
+    outcome: Outcome,
+    return_to: &str,
+    echo: &[(&str, &str)],
+) -> Response {
+    let wants_json = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/json"));
+    if wants_json {
+        let body = ActionReply {
+            ok: outcome.ok,
+            message: outcome.message,
+            redirect: outcome.redirect,
+        };
+        return (outcome.status, axum::Json(body)).into_response();
+    }
+    let target = if outcome.ok {
+        with_query(
+            &without_messages(outcome.redirect.as_deref().unwrap_or(return_to)),
+            &[("notice", &outcome.message)],
+        )
+    } else {
+        let mut pairs = vec![("error", outcome.message.as_str())];
+        pairs.extend_from_slice(echo);
+        with_query(&without_messages(return_to), &pairs)
+    };
+    Redirect::to(&target).into_response()
+}
+
+#[derive(Deserialize)]
+pub struct CreateForm {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    display_name: String,
+    return_to: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct ReturnForm {
+    return_to: Option<String>,
+}
+
+async fn create_tenant(
+    State(a): State<Arc<Actions>>,
+    headers: HeaderMap,
+    Form(form): Form<CreateForm>,
+) -> Response {
+    let return_to = safe_return(form.return_to.as_deref().or(Some("/tenants/new")));
+    let name = form.name.trim().to_owned();
+    let display = form.display_name.trim().to_owned();
+    let echo = [("name", name.as_str()), ("display_name", display.as_str())];
+    let outcome = create(&a, &name, &display).await;
+    reply(&headers, outcome, &return_to, &echo)
+}
+
+async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
+    let name = match TenantName::parse(name) {
+        Ok(n) => n,
+        Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    if let Err(e) = validate_display_name(display) {
+        return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+    }
+    let tenant = Tenant {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(a.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: TenantSpec {
+            display_name: (!display.is_empty()).then(|| display.to_owned()),
+            suspended: false,
+        },
+        status: None,
+    };
+    match a
+        .tenants()
+        .create(
+            &PostParams {
+                field_manager: Some(crate::controller::MANAGER.into()),
+                ..Default::default()
+            },
+            &tenant,
+        )
+        .await
+    {
+        Ok(_) => Outcome {
+            redirect: Some(format!("/tenants/{name}")),
+            ..Outcome::done(format!(
+                "Tenant {name} created. Provision it to create its database and credentials."
+            ))
+        },
+        Err(kube::Error::Api(s)) if s.code == 409 => Outcome::failed(
+            StatusCode::CONFLICT,
+            format!("a tenant named {name} already exists"),
+        ),
+        Err(e) => Outcome::kube(&format!("create tenant {name}"), &e),
+    }
+}
+
+async fn provision(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<ReturnForm>,
+) -> Response {
+    let outcome = start_provision(&a, &name).await;
+    reply(
+        &headers,
+        outcome,
+        &safe_return(form.return_to.as_deref()),
+        &[],
+    )
+}
+
+async fn start_provision(a: &Actions, name: &str) -> Outcome {
+    let tenant = match find(a, name).await {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    if tenant.is_provisioned() {
+        return Outcome::failed(
+            StatusCode::CONFLICT,
+            format!("{name} is already provisioned"),
+        );
+    }
+    let runs = a.stores.runjobs.state_filter(|r| {
+        r.spec.tenant == name && r.namespace().as_deref() == Some(a.namespace.as_str())
+    });
+    if let Some(running) = runs
+        .iter()
+        .find(|r| r.spec.action == RunAction::Provision && r.is_in_flight())
+    {
+        // The second click of a double click, or a second browser: one run is enough.
+        return Outcome::done(format!(
+            "{name} is already being provisioned by {}",
+            running.name_any()
+        ));
+    }
+    let run_name = crate::controller::tenant::next_provision_run(&tenant, &runs);
+    let run = new_run_job(&tenant, &run_name, RunAction::Provision);
+    let api: Api<crate::crd::RunJob> = Api::namespaced(a.client.clone(), &a.namespace);
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(crate::controller::MANAGER.into()),
+                ..Default::default()
+            },
+            &run,
+        )
+        .await
+    {
+        Ok(_) => Outcome::done(format!("Provisioning {name}: run {run_name} started")),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            Outcome::done(format!("{name} is already being provisioned by {run_name}"))
+        }
+        Err(e) => Outcome::kube(&format!("start provisioning {name}"), &e),
+    }
+}
+
+async fn suspend(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<ReturnForm>,
+) -> Response {
+    let outcome = set_suspended(&a, &name, true).await;
+    reply(
+        &headers,
+        outcome,
+        &safe_return(form.return_to.as_deref()),
+        &[],
+    )
+}
+
+async fn resume(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<ReturnForm>,
+) -> Response {
+    let outcome = set_suspended(&a, &name, false).await;
+    reply(
+        &headers,
+        outcome,
+        &safe_return(form.return_to.as_deref()),
+        &[],
+    )
+}
+
+/// Patches `spec.suspended` only; the Tenant reconciler creates the Suspend/Resume run. Idempotent.
+async fn set_suspended(a: &Actions, name: &str, suspended: bool) -> Outcome {
+    if let Err(o) = find(a, name).await {
+        return o;
+    }
+    let patch = json!({ "spec": { "suspended": suspended } });
+    match a
+        .tenants()
+        .patch(name, &write_params(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) if suspended => Outcome::done(format!(
+            "{name} suspended: its ClickHouse logins are being locked"
+        )),
+        Ok(_) => Outcome::done(format!(
+            "{name} resumed: its ClickHouse logins are being unlocked"
+        )),
+        Err(e) => Outcome::kube(
+            &format!("{} {name}", if suspended { "suspend" } else { "resume" }),
+            &e,
+        ),
+    }
+}
+
+async fn find(a: &Actions, name: &str) -> Result<Arc<Tenant>, Outcome> {
+    if TenantName::parse(name).is_err() {
+        return Err(Outcome::failed(
+            StatusCode::NOT_FOUND,
+            format!("no tenant named {name:?}"),
+        ));
+    }
+    if let Some(t) = a
+        .stores
+        .tenants
+        .get(&ObjectRef::new(name).within(&a.namespace))
+    {
+        return Ok(t);
+    }
+    match a.tenants().get_opt(name).await {
+        Ok(Some(t)) => Ok(Arc::new(t)),
+        Ok(None) => Err(Outcome::failed(
+            StatusCode::NOT_FOUND,
+            format!("no tenant named {name}"),
+        )),
+        Err(e) => Err(Outcome::kube(&format!("read tenant {name}"), &e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_same_origin_requests_pass() {
+        assert!(is_same_origin(&headers(&[(
+            "sec-fetch-site",
+            "same-origin"
+        )])));
+        assert!(!is_same_origin(&headers(&[
+            ("sec-fetch-site", "cross-site"),
+            ("origin", "http://127.0.0.1:8080"),
+            ("host", "127.0.0.1:8080")
+        ])));
+        assert!(is_same_origin(&headers(&[
+            ("origin", "http://127.0.0.1:8080"),
+            ("host", "127.0.0.1:8080")
+        ])));
+        assert!(!is_same_origin(&headers(&[
+            ("origin", "http://evil.example"),
+            ("host", "127.0.0.1:8080")
+        ])));
+        assert!(
+            !is_same_origin(&headers(&[("host", "127.0.0.1:8080")])),
+            "no Origin at all is refused"
+        );
+    }
+
+    #[test]
+    fn return_paths_stay_on_this_site() {
+        assert_eq!(
+            safe_return(Some("/tenants?phase=Active")),
+            "/tenants?phase=Active"
+        );
+        for bad in [
+            "https://evil.example/",
+            "//evil.example",
+            "/\\evil",
+            "javascript:alert(1)",
+        ] {
+            assert_eq!(safe_return(Some(bad)), "/tenants", "{bad}");
+        }
+    }
+
+    #[test]
+    fn messages_do_not_pile_up_in_the_url() {
+        assert_eq!(
+            without_messages("/tenants?phase=Active&notice=x&confirm=suspend&tenant=a"),
+            "/tenants?phase=Active"
+        );
+        assert_eq!(
+            with_query("/tenants/new", &[("error", "bad name"), ("name", "A&B")]),
+            "/tenants/new?error=bad%20name&name=A%26B"
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! The dashboard's view of the cluster: view models computed from the reflector caches the controllers
+//! already keep (no extra LIST traffic). Only a tenant's recent Events, a running pod's log and the
+//! leader Lease are read from the API, on demand.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams, LogParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use sentry_tenants_app::api::{Backend, BoxFuture};
+use sentry_tenants_app::model::{
+    ConditionView, EventView, HistoryView, Meta, Overview, PhaseCount, RunDetail, RunRow,
+    TENANT_PHASES, TenantDetail, TenantRow,
+};
+
+use crate::clock::Clock;
+use crate::controller::Stores;
+use crate::controller::runjob::LOG_TAIL_LINES;
+use crate::crd::{RunAction, RunJob, Tenant, TenantPhase};
+use crate::leader::LEASE_NAME;
+
+pub struct ClusterBackend {
+    pub client: Client,
+    pub stores: Stores,
+    pub namespace: String,
+    pub read_only: bool,
+    pub clock: Clock,
+}
+
+fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
+    t.0.to_string()
+}
+
+impl ClusterBackend {
+    fn in_namespace<K: ResourceExt>(&self, obj: &K) -> bool {
+        obj.namespace().as_deref() == Some(self.namespace.as_str())
+    }
+
+    fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
+        self.stores
+            .runjobs
+            .state_filter(|r| r.spec.tenant == tenant && self.in_namespace(r))
+    }
+
+    pub fn tenant_row(&self, t: &Tenant) -> TenantRow {
+        let status = t.status.clone().unwrap_or_default();
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        let phase = t.phase().unwrap_or(TenantPhase::Pending);
+        let name = t.name_any();
+        TenantRow {
+            provisioning: self
+                .runs_of(&name)
+                .iter()
+                .any(|r| r.spec.action == RunAction::Provision && r.is_in_flight()),
+            name,
+            display_name: t.spec.display_name.clone(),
+            phase: phase.as_str().to_owned(),
+            ready: ready.is_some_and(|c| c.status == "True"),
+            ready_reason: ready
+                .map(|c| c.reason.clone())
+                .unwrap_or_else(|| phase.as_str().to_owned()),
+            ready_message: ready.map(|c| c.message.clone()).unwrap_or_default(),
+            database: status.click_house_database_name.filter(|d| !d.is_empty()),
+            secret_name: status.click_house_secret_ref.map(|s| s.name),
+            created: t.metadata.creation_timestamp.as_ref().map(time),
+            suspended: t.spec.suspended,
+            access_locked: status.access_locked.unwrap_or(false),
+        }
+    }
+
+    fn sorted_tenants(&self) -> Vec<Arc<Tenant>> {
+        let mut all = self.stores.tenants.state_filter(|t| self.in_namespace(t));
+        all.sort_by_key(|t| t.name_any());
+        all
+    }
+}
+
+pub fn run_row(r: &RunJob) -> RunRow {
+    let status = r.status.clone().unwrap_or_default();
+    RunRow {
+        name: r.name_any(),
+        tenant: r.spec.tenant.clone(),
+        action: r.spec.action.as_str().to_owned(),
+        phase: status
+            .phase
+            .map(|p| p.as_str())
+            .unwrap_or("Pending")
+            .to_owned(),
+        job: status.job_ref.map(|j| j.name),
+        started: status.start_time.as_ref().map(time),
+        finished: status.completion_time.as_ref().map(time),
+        cleanup_at: status.cleanup_at.as_ref().map(time),
+        message: status.message.unwrap_or_default(),
+    }
+}
+
+fn newest_first(runs: &mut [Arc<RunJob>]) {
+    runs.sort_by(|a, b| {
+        b.metadata
+            .creation_timestamp
+            .cmp(&a.metadata.creation_timestamp)
+            .then(b.name_any().cmp(&a.name_any()))
+    });
+}
+
+impl Backend for ClusterBackend {
+    fn meta(&self) -> Meta {
+        Meta {
+            server_now: crate::crd::to_k8s_time(self.clock.now()).0.to_string(),
+            read_only: self.read_only,
+            namespace: self.namespace.clone(),
+        }
+    }
+
+    fn overview(&self) -> BoxFuture<'_, Overview> {
+        Box::pin(async move {
+            let tenants = self.sorted_tenants();
+            let tenants_by_phase = TENANT_PHASES
+                .iter()
+                .map(|p| PhaseCount {
+                    phase: (*p).to_owned(),
+                    count: tenants
+                        .iter()
+                        .filter(|t| t.phase().unwrap_or(TenantPhase::Pending).as_str() == *p)
+                        .count(),
+                })
+                .collect();
+            let runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
+            let since = self.clock.now() - SignedDuration::from_hours(24);
+            let recent = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0 >= since;
+            let live_finished = runs
+                .iter()
+                .filter(|r| {
+                    r.status
+                        .as_ref()
+                        .and_then(|s| s.completion_time.as_ref())
+                        .is_some_and(recent)
+                })
+                .count();
+            let cleaned = tenants
+                .iter()
+                .flat_map(|t| t.history().iter())
+                .filter(|h| recent(&h.finished_at))
+                .count();
+            let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+            let leader = leases
+                .get_opt(LEASE_NAME)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| !h.is_empty());
+            Overview {
+                tenants_total: tenants.len(),
+                tenants_by_phase,
+                runs_in_flight: runs.iter().filter(|r| r.is_in_flight()).count(),
+                finished_last_24h: live_finished + cleaned,
+                cleaned_up_last_24h: cleaned,
+                leader,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            }
+        })
+    }
+
+    fn tenants(&self) -> Vec<TenantRow> {
+        self.sorted_tenants()
+            .iter()
+            .map(|t| self.tenant_row(t))
+            .collect()
+    }
+
+    fn runs(&self) -> Vec<RunRow> {
+        let mut runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
+        newest_first(&mut runs);
+        runs.iter().map(|r| run_row(r)).collect()
+    }
+
+    fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>> {
+        let name = name.to_owned();
+        Box::pin(async move {
+            let t = self
+                .stores
+                .tenants
+                .get(&ObjectRef::new(&name).within(&self.namespace))?;
+            let mut runs = self.runs_of(&name);
+            newest_first(&mut runs);
+            let status = t.status.clone().unwrap_or_default();
+            Some(TenantDetail {
+                tenant: self.tenant_row(&t),
+                conditions: status
+                    .conditions
+                    .iter()
+                    .map(|c| ConditionView {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                        reason: c.reason.clone(),
+                        message: c.message.clone(),
+                        last_transition: time(&c.last_transition_time),
+                    })
+                    .collect(),
+                runs: runs.iter().map(|r| run_row(r)).collect(),
+                history: status
+                    .history
+                    .iter()
+                    .map(|h| HistoryView {
+                        name: h.name.clone(),
+                        action: h.action.as_str().to_owned(),
+                        phase: h.phase.as_str().to_owned(),
+                        message: h.message.clone(),
+                        finished: time(&h.finished_at),
+                        log_tail: h.log_tail.clone(),
+                    })
+                    .collect(),
+                events: self.events_of(&name).await,
+            })
+        })
+    }
+
+    fn run(&self, name: &str) -> BoxFuture<'_, Option<RunDetail>> {
+        let name = name.to_owned();
+        Box::pin(async move {
+            let r = self
+                .stores
+                .runjobs
+                .get(&ObjectRef::new(&name).within(&self.namespace))?;
+            let job = self
+                .stores
+                .jobs
+                .get(&ObjectRef::new(&name).within(&self.namespace));
+            let log_tail = match r.status.as_ref().and_then(|s| s.log_tail.clone()) {
+                Some(kept) => Some(kept),
+                None if job.is_some() => self.live_log_tail(&name).await,
+                None => None,
+            };
+            Some(RunDetail {
+                run: run_row(&r),
+                job_status: job.map(|j| job_status(&j)),
+                log_tail,
+            })
+        })
+    }
+}
+
+impl ClusterBackend {
+    /// The tenant's ten most recent Events, newest first. Advisory: an error shows none.
+    async fn events_of(&self, tenant: &str) -> Vec<EventView> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!("involvedObject.kind=Tenant,involvedObject.name={tenant}");
+        let Ok(list) = api.list(&ListParams::default().fields(&selector)).await else {
+            return Vec::new();
+        };
+        let when = |e: &Event| {
+            e.event_time
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.last_timestamp.as_ref().map(|t| t.0))
+                .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .unwrap_or(Timestamp::UNIX_EPOCH)
+        };
+        let mut events = list.items;
+        events.sort_by_key(|e| std::cmp::Reverse(when(e)));
+        events
+            .iter()
+            .take(10)
+            .map(|e| EventView {
+                type_: e.type_.clone().unwrap_or_default(),
+                reason: e.reason.clone().unwrap_or_default(),
+                message: e.message.clone().unwrap_or_default(),
+                time: Some(when(e).to_string()),
+            })
+            .collect()
+    }
+
+    async fn live_log_tail(&self, job: &str) -> Option<String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let list = pods
+            .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+            .await
+            .ok()?;
+        let pod = list
+            .items
+            .into_iter()
+            .max_by_key(|p| p.metadata.creation_timestamp.clone())?;
+        let params = LogParams {
+            tail_lines: Some(LOG_TAIL_LINES),
+            limit_bytes: Some(4096),
+            ..LogParams::default()
+        };
+        pods.logs(&pod.name_any(), &params).await.ok()
+    }
+}
+
+fn job_status(job: &Job) -> String {
+    let s = job.status.clone().unwrap_or_default();
+    let mut text = format!(
+        "Job {}: {} active, {} succeeded, {} failed",
+        job.name_any(),
+        s.active.unwrap_or(0),
+        s.succeeded.unwrap_or(0),
+        s.failed.unwrap_or(0)
+    );
+    for c in s.conditions.iter().flatten().filter(|c| c.status == "True") {
+        text.push_str(&format!("; {}", c.type_));
+        if let Some(reason) = &c.reason {
+            text.push_str(&format!(" ({reason})"));
+        }
+    }
+    text
+}

@@ -1,0 +1,153 @@
+//! The dashboard's HTTP side: server-rendered Leptos pages, their GET server functions, the embedded
+//! bundle, a server-sent-events stream of changes, and — unless read-only — the form-post actions.
+//! Every response carries security headers; HTML, JS and wasm are compressed.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::Stream;
+use leptos::prelude::*;
+use leptos_axum::{
+    LeptosRoutes, ResponseOptions, generate_route_list, handle_server_fns_with_context,
+};
+use sentry_tenants_app::api::Backend;
+use sentry_tenants_app::{App, OUTPUT_NAME, shell};
+use tokio::sync::watch;
+use tower_http::compression::CompressionLayer;
+
+use super::actions::{self, Actions};
+use super::assets;
+use super::backend::ClusterBackend;
+
+/// Everything the dashboard serves from.
+pub struct Dashboard {
+    pub backend: Arc<ClusterBackend>,
+    pub actions: Arc<Actions>,
+    /// Bumped whenever a cached tenant or run changes.
+    pub changes: watch::Receiver<u64>,
+    pub read_only: bool,
+}
+
+pub fn leptos_options() -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name(OUTPUT_NAME)
+        .site_pkg_dir("pkg")
+        .build()
+}
+
+pub fn router(dashboard: Dashboard) -> Router {
+    let options = leptos_options();
+    let backend: Arc<dyn Backend> = dashboard.backend.clone();
+    let context = {
+        let backend = backend.clone();
+        move || {
+            provide_context(backend.clone());
+            set_page_csp();
+        }
+    };
+    let routes = generate_route_list(App);
+    let pages = Router::new()
+        .leptos_routes_with_context(&options, routes, context, {
+            let options = options.clone();
+            move || shell(options.clone())
+        })
+        .with_state(options);
+
+    let server_fns = {
+        let backend = backend.clone();
+        move |req: Request<Body>| {
+            let backend = backend.clone();
+            async move {
+                // Reads only: mutations are the form-post routes below, never server functions.
+                if req.method() != Method::GET {
+                    return (StatusCode::METHOD_NOT_ALLOWED, "read-only endpoint").into_response();
+                }
+                handle_server_fns_with_context(move || provide_context(backend.clone()), req)
+                    .await
+                    .into_response()
+            }
+        }
+    };
+    let mut app = Router::new()
+        .route("/api/{*fn_name}", get(server_fns.clone()).post(server_fns))
+        .route("/events", get(events).with_state(dashboard.changes))
+        .route(
+            "/pkg/{*path}",
+            get(|p: Path<String>, h: HeaderMap| assets::serve(p, h, "pkg")),
+        )
+        .route(
+            "/assets/{*path}",
+            get(|p: Path<String>, h: HeaderMap| assets::serve(p, h, "assets")),
+        )
+        .merge(pages);
+    if !dashboard.read_only {
+        app = app.nest("/actions", actions::router(dashboard.actions));
+    }
+    app.layer(middleware::from_fn(security_headers))
+        .layer(CompressionLayer::new().gzip(true).br(true))
+}
+
+/// The page's Content-Security-Policy: scripts only from here, plus the one inline bootstrap that
+/// hydration needs, allowed by this response's nonce; wasm may be compiled; nothing may frame us.
+fn set_page_csp() {
+    let (Some(nonce), Some(response)) =
+        (leptos::nonce::use_nonce(), use_context::<ResponseOptions>())
+    else {
+        return;
+    };
+    let policy = format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+    );
+    if let Ok(value) = HeaderValue::from_str(&policy) {
+        response.insert_header(header::CONTENT_SECURITY_POLICY, value);
+    }
+}
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(
+            "default-src 'none'; frame-ancestors 'none'",
+        ));
+    response
+}
+
+/// One message per batch of changes (coalesced over 100 ms). The browser's EventSource reconnects by
+/// itself; `retry` keeps the gap short.
+async fn events(
+    State(changes): State<watch::Receiver<u64>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let first = futures::stream::once(async {
+        Ok(Event::default()
+            .retry(Duration::from_secs(1))
+            .comment("connected"))
+    });
+    let updates = futures::stream::unfold(changes, |mut rx| async move {
+        rx.changed().await.ok()?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let version = *rx.borrow_and_update();
+        Some((Ok(Event::default().data(version.to_string())), rx))
+    });
+    Sse::new(futures::StreamExt::chain(first, updates))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
