@@ -831,3 +831,17 @@ pub mod dashboard {
         })
     }
 }
+
+/// One multi-threaded runtime shared by every dashboard test in a binary, as the operator process has
+/// one: Leptos keeps process-global state (its task spawner, route lists) that must not outlive the
+/// runtime of whichever test happened to touch it first.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    static RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("test runtime")
+    });
+    RUNTIME.block_on(future)
+}

@@ -6,8 +6,8 @@ use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use kube::api::{Patch, PatchParams};
 use sentry_tenants::crd::{RunAction, TenantPhase};
-use sentry_tenants_tests::Cluster;
 use sentry_tenants_tests::dashboard::dashboard_router;
+use sentry_tenants_tests::{Cluster, block_on};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -70,348 +70,369 @@ async fn cluster_with_tenants() -> Cluster {
     c
 }
 
-#[tokio::test]
-async fn pages_render_complete_on_the_server() {
-    let c = cluster_with_tenants().await;
-    let page = get(dashboard_router(&c, false), "/tenants").await;
-    assert_eq!(page.status, StatusCode::OK);
-    assert!(
-        page.body.contains("<table"),
-        "rendered rows, not a loading placeholder:\n{}",
-        page.body
-    );
-    assert!(
-        page.body.contains(r#"data-tenant="acme""#)
-            && page.body.contains(r#"data-tenant="globex""#)
-    );
-    assert!(
-        page.body.contains(r#"data-phase="Active""#) && page.body.contains(">Active<"),
-        "phase as text, not colour only"
-    );
-    assert!(page.body.contains("globex-clickhouse"), "the Secret's name");
-    assert!(
-        page.body
-            .contains(r#"action="/actions/tenants/acme/provision""#)
-    );
-    assert!(
-        !page
-            .body
-            .contains(r#"action="/actions/tenants/globex/provision""#),
-        "no Provision for an Active tenant"
-    );
-    for path in ["/", "/tenants/acme", "/runs", "/tenants/new"] {
-        let p = get(dashboard_router(&c, false), path).await;
-        assert_eq!(p.status, StatusCode::OK, "{path}");
+#[test]
+fn pages_render_complete_on_the_server() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let page = get(dashboard_router(&c, false), "/tenants").await;
+        assert_eq!(page.status, StatusCode::OK);
         assert!(
-            !p.body.contains("Loading…"),
-            "{path} rendered before its data:\n{}",
-            p.body
+            page.body.contains("<table"),
+            "rendered rows, not a loading placeholder:\n{}",
+            page.body
         );
-    }
-    assert_eq!(
-        get(dashboard_router(&c, false), "/nope").await.status,
-        StatusCode::NOT_FOUND
-    );
-}
-
-#[tokio::test]
-async fn filters_by_phase_and_search_without_javascript() {
-    let c = cluster_with_tenants().await;
-    let page = get(dashboard_router(&c, false), "/tenants?phase=Active").await;
-    assert!(
-        page.body.contains(r#"data-tenant="globex""#)
-            && !page.body.contains(r#"data-tenant="acme""#)
-    );
-    let page = get(dashboard_router(&c, false), "/tenants?q=acm").await;
-    assert!(
-        page.body.contains(r#"data-tenant="acme""#)
-            && !page.body.contains(r#"data-tenant="globex""#)
-    );
-}
-
-#[tokio::test]
-async fn a_display_name_with_markup_renders_as_text() {
-    let c = cluster_with_tenants().await;
-    let patch = json!({"spec": {"displayName": "<script>alert(1)</script>"}});
-    c.tenants()
-        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    c.sync_stores().await;
-    for path in ["/tenants", "/tenants/acme"] {
-        let page = get(dashboard_router(&c, false), path).await;
         assert!(
-            page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
-            "{path}"
+            page.body.contains(r#"data-tenant="acme""#)
+                && page.body.contains(r#"data-tenant="globex""#)
         );
-        assert!(!page.body.contains("<script>alert(1)"), "{path}");
-    }
-}
-
-#[tokio::test]
-async fn pages_carry_security_headers_and_a_nonce_for_the_only_inline_script() {
-    let c = cluster_with_tenants().await;
-    let page = get(dashboard_router(&c, false), "/tenants").await;
-    let csp = page.headers[header::CONTENT_SECURITY_POLICY]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self' 'nonce-"),
-        "{csp}"
-    );
-    assert!(!csp.contains("unsafe-inline"));
-    let nonce = csp
-        .split("'nonce-")
-        .nth(1)
-        .unwrap()
-        .split('\'')
-        .next()
-        .unwrap();
-    let inline_scripts: Vec<&str> = page
-        .body
-        .split("<script")
-        .skip(1)
-        .filter(|s| !s.trim_start().starts_with("src"))
-        .collect();
-    assert!(!inline_scripts.is_empty());
-    for s in inline_scripts {
         assert!(
-            s.contains(&format!("nonce=\"{nonce}\"")),
-            "an inline script without the nonce: <script{}",
-            &s[..s.len().min(120)]
+            page.body.contains(r#"data-phase="Active""#) && page.body.contains(">Active<"),
+            "phase as text, not colour only"
         );
-    }
-    assert_eq!(page.headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
-    let wasm = get(
-        dashboard_router(&c, false),
-        "/pkg/sentry_tenants_app_bg.wasm",
-    )
-    .await;
-    assert_eq!(wasm.status, StatusCode::OK);
-    assert_eq!(wasm.headers[header::CONTENT_TYPE], "application/wasm");
-}
-
-#[tokio::test]
-async fn html_and_wasm_are_compressed() {
-    let c = cluster_with_tenants().await;
-    for (path, encoding) in [
-        ("/tenants", "br"),
-        ("/pkg/sentry_tenants_app_bg.wasm", "gzip"),
-    ] {
-        let req = Request::get(path)
-            .header(header::ACCEPT_ENCODING, encoding)
-            .body(Body::empty())
-            .unwrap();
-        let reply = send(dashboard_router(&c, false), req).await;
+        assert!(page.body.contains("globex-clickhouse"), "the Secret's name");
+        assert!(
+            page.body
+                .contains(r#"action="/actions/tenants/acme/provision""#)
+        );
+        assert!(
+            !page
+                .body
+                .contains(r#"action="/actions/tenants/globex/provision""#),
+            "no Provision for an Active tenant"
+        );
+        for path in ["/", "/tenants/acme", "/runs", "/tenants/new"] {
+            let p = get(dashboard_router(&c, false), path).await;
+            assert_eq!(p.status, StatusCode::OK, "{path}");
+            assert!(
+                !p.body.contains("Loading…"),
+                "{path} rendered before its data:\n{}",
+                p.body
+            );
+        }
         assert_eq!(
-            reply
-                .headers
-                .get(header::CONTENT_ENCODING)
-                .map(|v| v.to_str().unwrap()),
-            Some(encoding),
-            "{path}"
+            get(dashboard_router(&c, false), "/nope").await.status,
+            StatusCode::NOT_FOUND
         );
-    }
+    })
 }
 
-#[tokio::test]
-async fn cross_site_posts_are_refused_and_nothing_is_written() {
-    let c = cluster_with_tenants().await;
-    c.log.clear();
-    for origin in [Some("http://evil.example"), None] {
-        let reply = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/acme/suspend", "", origin, false),
-        )
-        .await;
-        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{origin:?}");
-    }
-    let mut req = form_post("/actions/tenants/acme/suspend", "", None, false);
-    req.headers_mut()
-        .insert("sec-fetch-site", "cross-site".parse().unwrap());
-    assert_eq!(
-        send(dashboard_router(&c, false), req).await.status,
-        StatusCode::FORBIDDEN
-    );
-    let get_instead = send(
-        dashboard_router(&c, false),
-        Request::get("/actions/tenants/acme/suspend")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(get_instead.status, StatusCode::METHOD_NOT_ALLOWED);
-    assert!(c.log.writes().is_empty());
-    assert!(!c.tenant("acme").await.spec.suspended);
+#[test]
+fn filters_by_phase_and_search_without_javascript() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let page = get(dashboard_router(&c, false), "/tenants?phase=Active").await;
+        assert!(
+            page.body.contains(r#"data-tenant="globex""#)
+                && !page.body.contains(r#"data-tenant="acme""#)
+        );
+        let page = get(dashboard_router(&c, false), "/tenants?q=acm").await;
+        assert!(
+            page.body.contains(r#"data-tenant="acme""#)
+                && !page.body.contains(r#"data-tenant="globex""#)
+        );
+    })
 }
 
-#[tokio::test]
-async fn read_only_mode_has_no_mutating_route_at_all() {
-    let c = cluster_with_tenants().await;
-    c.log.clear();
-    for path in [
-        "/actions/tenants",
-        "/actions/tenants/acme/provision",
-        "/actions/tenants/acme/suspend",
-        "/actions/tenants/acme/resume",
-    ] {
-        let reply = send(
-            dashboard_router(&c, true),
-            form_post(path, "name=x", SAME, false),
-        )
-        .await;
-        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
-    }
-    let page = get(dashboard_router(&c, true), "/tenants").await;
-    assert!(
-        !page.body.contains("/actions/"),
-        "no action forms in read-only mode"
-    );
-    assert!(c.log.writes().is_empty());
-}
-
-#[tokio::test]
-async fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed() {
-    let c = Cluster::new().await;
-    let reply = send(
-        dashboard_router(&c, false),
-        form_post(
-            "/actions/tenants",
-            "name=Bad_Name&display_name=Acme+Corp&return_to=%2Ftenants%2Fnew",
-            SAME,
-            false,
-        ),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::SEE_OTHER);
-    let location = reply.headers[header::LOCATION].to_str().unwrap();
-    assert!(
-        location.starts_with("/tenants/new?error=tenant%20name%20%22Bad_Name%22%20is%20invalid"),
-        "{location}"
-    );
-    assert!(
-        location.contains("name=Bad_Name") && location.contains("display_name=Acme%20Corp"),
-        "{location}"
-    );
-    let form = get(dashboard_router(&c, false), location).await;
-    assert!(
-        form.body.contains("is invalid") && form.body.contains(r#"value="Acme Corp""#),
-        "{}",
-        form.body
-    );
-    assert!(
+#[test]
+fn a_display_name_with_markup_renders_as_text() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let patch = json!({"spec": {"displayName": "<script>alert(1)</script>"}});
         c.tenants()
-            .list(&Default::default())
+            .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+            .unwrap();
+        c.sync_stores().await;
+        for path in ["/tenants", "/tenants/acme"] {
+            let page = get(dashboard_router(&c, false), path).await;
+            assert!(
+                page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+                "{path}"
+            );
+            assert!(!page.body.contains("<script>alert(1)"), "{path}");
+        }
+    })
+}
 
-    let reply = send(
-        dashboard_router(&c, false),
-        form_post(
-            "/actions/tenants",
-            "name=acme&display_name=Acme",
-            SAME,
-            false,
-        ),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::SEE_OTHER);
-    assert!(
-        reply.headers[header::LOCATION]
+#[test]
+fn pages_carry_security_headers_and_a_nonce_for_the_only_inline_script() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let page = get(dashboard_router(&c, false), "/tenants").await;
+        let csp = page.headers[header::CONTENT_SECURITY_POLICY]
             .to_str()
             .unwrap()
-            .starts_with("/tenants/acme?notice=Tenant%20acme%20created")
-    );
-    assert_eq!(
-        c.tenant("acme").await.spec.display_name.as_deref(),
-        Some("Acme")
-    );
-    let again = send(
-        dashboard_router(&c, false),
-        form_post("/actions/tenants", "name=acme", SAME, true),
-    )
-    .await;
-    assert_eq!(again.status, StatusCode::CONFLICT);
-    assert!(again.body.contains("already exists"));
-}
-
-#[tokio::test]
-async fn provision_twice_starts_one_run() {
-    let c = cluster_with_tenants().await;
-    let first = send(
-        dashboard_router(&c, false),
-        form_post("/actions/tenants/acme/provision", "", SAME, true),
-    )
-    .await;
-    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
-    assert!(first.body.contains("acme-provision-1"));
-    c.sync_stores().await;
-    let second = send(
-        dashboard_router(&c, false),
-        form_post("/actions/tenants/acme/provision", "", SAME, true),
-    )
-    .await;
-    assert_eq!(second.status, StatusCode::OK);
-    assert!(
-        second.body.contains("already being provisioned"),
-        "{}",
-        second.body
-    );
-    assert_eq!(c.log.creates_of("runjobs"), 1);
-    c.settle().await;
-    assert_eq!(
-        c.tenant("acme").await.phase(),
-        Some(TenantPhase::Provisioning)
-    );
-    let page = get(dashboard_router(&c, false), "/tenants").await;
-    assert!(
-        !page
+            .to_owned();
+        assert!(
+            csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self' 'nonce-"),
+            "{csp}"
+        );
+        assert!(!csp.contains("unsafe-inline"));
+        let nonce = csp
+            .split("'nonce-")
+            .nth(1)
+            .unwrap()
+            .split('\'')
+            .next()
+            .unwrap();
+        let inline_scripts: Vec<&str> = page
             .body
-            .contains(r#"action="/actions/tenants/acme/provision""#),
-        "no Provision button while one is in flight"
-    );
+            .split("<script")
+            .skip(1)
+            .filter(|s| !s.trim_start().starts_with("src"))
+            .collect();
+        assert!(!inline_scripts.is_empty());
+        for s in inline_scripts {
+            assert!(
+                s.contains(&format!("nonce=\"{nonce}\"")),
+                "an inline script without the nonce: <script{}",
+                &s[..s.len().min(120)]
+            );
+        }
+        assert_eq!(page.headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        let wasm = get(
+            dashboard_router(&c, false),
+            "/pkg/sentry_tenants_app_bg.wasm",
+        )
+        .await;
+        assert_eq!(wasm.status, StatusCode::OK);
+        assert_eq!(wasm.headers[header::CONTENT_TYPE], "application/wasm");
+    })
 }
 
-#[tokio::test]
-async fn suspend_and_resume_patch_the_spec_and_the_reconciler_does_the_rest() {
-    let c = cluster_with_tenants().await;
-    let reply = send(
-        dashboard_router(&c, false),
-        form_post(
-            "/actions/tenants/globex/suspend",
-            "return_to=%2Ftenants%3Fconfirm%3Dsuspend%26tenant%3Dglobex",
-            SAME,
-            false,
-        ),
-    )
-    .await;
-    assert_eq!(
-        reply.headers[header::LOCATION].to_str().unwrap(),
-        "/tenants?notice=globex%20suspended%3A%20its%20ClickHouse%20logins%20are%20being%20locked"
-    );
-    c.settle().await;
-    assert_eq!(
-        c.tenant("globex").await.phase(),
-        Some(TenantPhase::Suspended)
-    );
-    let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
-    assert!(runs.iter().any(|r| r.spec.action == RunAction::Suspend));
-    let reply = send(
-        dashboard_router(&c, false),
-        form_post("/actions/tenants/globex/resume", "", SAME, true),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK);
-    c.settle().await;
-    assert_eq!(c.tenant("globex").await.phase(), Some(TenantPhase::Active));
-    let missing = send(
-        dashboard_router(&c, false),
-        form_post("/actions/tenants/nobody/suspend", "", SAME, true),
-    )
-    .await;
-    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+#[test]
+fn html_and_wasm_are_compressed() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        for (path, encoding) in [
+            ("/tenants", "br"),
+            ("/pkg/sentry_tenants_app_bg.wasm", "gzip"),
+        ] {
+            let req = Request::get(path)
+                .header(header::ACCEPT_ENCODING, encoding)
+                .body(Body::empty())
+                .unwrap();
+            let reply = send(dashboard_router(&c, false), req).await;
+            assert_eq!(
+                reply
+                    .headers
+                    .get(header::CONTENT_ENCODING)
+                    .map(|v| v.to_str().unwrap()),
+                Some(encoding),
+                "{path}"
+            );
+        }
+    })
+}
+
+#[test]
+fn cross_site_posts_are_refused_and_nothing_is_written() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        for origin in [Some("http://evil.example"), None] {
+            let reply = send(
+                dashboard_router(&c, false),
+                form_post("/actions/tenants/acme/suspend", "", origin, false),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::FORBIDDEN, "{origin:?}");
+        }
+        let mut req = form_post("/actions/tenants/acme/suspend", "", None, false);
+        req.headers_mut()
+            .insert("sec-fetch-site", "cross-site".parse().unwrap());
+        assert_eq!(
+            send(dashboard_router(&c, false), req).await.status,
+            StatusCode::FORBIDDEN
+        );
+        let get_instead = send(
+            dashboard_router(&c, false),
+            Request::get("/actions/tenants/acme/suspend")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(get_instead.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert!(c.log.writes().is_empty());
+        assert!(!c.tenant("acme").await.spec.suspended);
+    })
+}
+
+#[test]
+fn read_only_mode_has_no_mutating_route_at_all() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        for path in [
+            "/actions/tenants",
+            "/actions/tenants/acme/provision",
+            "/actions/tenants/acme/suspend",
+            "/actions/tenants/acme/resume",
+        ] {
+            let reply = send(
+                dashboard_router(&c, true),
+                form_post(path, "name=x", SAME, false),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+        }
+        let page = get(dashboard_router(&c, true), "/tenants").await;
+        assert!(
+            !page.body.contains("/actions/"),
+            "no action forms in read-only mode"
+        );
+        assert!(c.log.writes().is_empty());
+    })
+}
+
+#[test]
+fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed() {
+    block_on(async {
+        let c = Cluster::new().await;
+        let reply = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=Bad_Name&display_name=Acme+Corp&return_to=%2Ftenants%2Fnew",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER);
+        let location = reply.headers[header::LOCATION].to_str().unwrap();
+        assert!(
+            location
+                .starts_with("/tenants/new?error=tenant%20name%20%22Bad_Name%22%20is%20invalid"),
+            "{location}"
+        );
+        assert!(
+            location.contains("name=Bad_Name") && location.contains("display_name=Acme%20Corp"),
+            "{location}"
+        );
+        let form = get(dashboard_router(&c, false), location).await;
+        assert!(
+            form.body.contains("is invalid") && form.body.contains(r#"value="Acme Corp""#),
+            "{}",
+            form.body
+        );
+        assert!(
+            c.tenants()
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+
+        let reply = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=acme&display_name=Acme",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER);
+        assert!(
+            reply.headers[header::LOCATION]
+                .to_str()
+                .unwrap()
+                .starts_with("/tenants/acme?notice=Tenant%20acme%20created")
+        );
+        assert_eq!(
+            c.tenant("acme").await.spec.display_name.as_deref(),
+            Some("Acme")
+        );
+        let again = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants", "name=acme", SAME, true),
+        )
+        .await;
+        assert_eq!(again.status, StatusCode::CONFLICT);
+        assert!(again.body.contains("already exists"));
+    })
+}
+
+#[test]
+fn provision_twice_starts_one_run() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let first = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/acme/provision", "", SAME, true),
+        )
+        .await;
+        assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+        assert!(first.body.contains("acme-provision-1"));
+        c.sync_stores().await;
+        let second = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/acme/provision", "", SAME, true),
+        )
+        .await;
+        assert_eq!(second.status, StatusCode::OK);
+        assert!(
+            second.body.contains("already being provisioned"),
+            "{}",
+            second.body
+        );
+        assert_eq!(c.log.creates_of("runjobs"), 1);
+        c.settle().await;
+        assert_eq!(
+            c.tenant("acme").await.phase(),
+            Some(TenantPhase::Provisioning)
+        );
+        let page = get(dashboard_router(&c, false), "/tenants").await;
+        assert!(
+            !page
+                .body
+                .contains(r#"action="/actions/tenants/acme/provision""#),
+            "no Provision button while one is in flight"
+        );
+    })
+}
+
+#[test]
+fn suspend_and_resume_patch_the_spec_and_the_reconciler_does_the_rest() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let reply = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/globex/suspend",
+                "return_to=%2Ftenants%3Fconfirm%3Dsuspend%26tenant%3Dglobex",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(
+            reply.headers[header::LOCATION].to_str().unwrap(),
+            "/tenants?notice=globex%20suspended%3A%20its%20ClickHouse%20logins%20are%20being%20locked"
+        );
+        c.settle().await;
+        assert_eq!(
+            c.tenant("globex").await.phase(),
+            Some(TenantPhase::Suspended)
+        );
+        let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
+        assert!(runs.iter().any(|r| r.spec.action == RunAction::Suspend));
+        let reply = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/globex/resume", "", SAME, true),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK);
+        c.settle().await;
+        assert_eq!(c.tenant("globex").await.phase(), Some(TenantPhase::Active));
+        let missing = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/nobody/suspend", "", SAME, true),
+        )
+        .await;
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    })
 }
