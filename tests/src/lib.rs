@@ -23,6 +23,7 @@ use sentry_tenants::telemetry::Metrics;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+pub mod browser;
 pub mod clickhouse_server;
 
 pub const NS: &str = "sentry-tenants";
@@ -612,6 +613,22 @@ impl Cluster {
         runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx))
             .await
             .expect("runjob reconcile")
+    }
+
+    /// One pass over every object, errors ignored: the background "operator" of browser tests, which
+    /// races the test's own writes the way a real controller does (a conflict is retried next pass).
+    pub async fn reconcile_all_once(&self) {
+        self.sync_stores().await;
+        let Ok(runs) = self.runjobs().list(&ListParams::default()).await else { return };
+        for r in runs.items {
+            let _ = runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx)).await;
+        }
+        self.sync_stores().await;
+        let Ok(tenants) = self.tenants().list(&ListParams::default()).await else { return };
+        for t in tenants.items {
+            let _ = tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx)).await;
+        }
+        self.sync_stores().await;
     }
 
     /// Reconciles every object until a full round writes nothing (the fixpoint). Returns the rounds.

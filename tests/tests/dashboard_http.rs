@@ -436,3 +436,13 @@ fn suspend_and_resume_patch_the_spec_and_the_reconciler_does_the_rest() {
         assert_eq!(missing.status, StatusCode::NOT_FOUND);
     })
 }
+
+#[test]
+fn a_tenant_not_yet_in_the_cache_is_read_from_the_api() {
+    block_on(async {
+        let c = Cluster::new().await;
+        c.create_tenant("fresh").await; // not synced into the caches
+        let page = get(dashboard_router(&c, false), "/tenants/fresh").await;
+        assert!(page.body.contains(r#"action="/actions/tenants/fresh/provision""#), "{}", page.body);
+    })
+}

@@ -182,10 +182,7 @@ impl Backend for ClusterBackend {
     fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>> {
         let name = name.to_owned();
         Box::pin(async move {
-            let t = self
-                .stores
-                .tenants
-                .get(&ObjectRef::new(&name).within(&self.namespace))?;
+            let t = self.tenant_object(&name).await?;
             let mut runs = self.runs_of(&name);
             newest_first(&mut runs);
             let status = t.status.clone().unwrap_or_default();
@@ -246,6 +243,16 @@ impl Backend for ClusterBackend {
 }
 
 impl ClusterBackend {
+    /// From the cache; a miss is confirmed against the API, since a tenant created a moment ago (the
+    /// page a Create redirects to) may not have reached the cache yet.
+    async fn tenant_object(&self, name: &str) -> Option<Arc<Tenant>> {
+        if let Some(t) = self.stores.tenants.get(&ObjectRef::new(name).within(&self.namespace)) {
+            return Some(t);
+        }
+        let api: Api<Tenant> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.get_opt(name).await.ok().flatten().map(Arc::new)
+    }
+
     /// The tenant's ten most recent Events, newest first. Advisory: an error shows none.
     async fn events_of(&self, tenant: &str) -> Vec<EventView> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);

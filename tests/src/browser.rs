@@ -1,0 +1,165 @@
+//! Real headless Chromium (Debian's `chromium` + `chromium-driver`), driven over WebDriver with
+//! fantoccini, against the real dashboard router served on 127.0.0.1.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use crate::Cluster;
+
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A chromedriver process, stopped on drop.
+pub struct Driver {
+    child: Child,
+    port: u16,
+    profile: PathBuf,
+}
+
+impl Driver {
+    pub fn start() -> Self {
+        for bin in [CHROMEDRIVER, CHROMIUM] {
+            assert!(std::path::Path::new(bin).exists(), "{bin} is missing: run `bash scripts/setup.sh` (it installs Debian's chromium and chromium-driver)");
+        }
+        let port = free_port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = std::env::temp_dir().join(format!("sentry-tenants-chromium-{}-{port}", std::process::id()));
+        Self { child, port, profile }
+    }
+
+    /// A browser session; `javascript: false` turns scripts off for the whole profile.
+    pub async fn session(&self, javascript: bool) -> Client {
+        let mut prefs = json!({});
+        if !javascript {
+            prefs = json!({"profile.managed_default_content_settings.javascript": 2});
+        }
+        let profile = self.profile.join(if javascript { "js" } else { "nojs" });
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--window-size=1280,900", format!("--user-data-dir={}", profile.display()),
+                ],
+                "prefs": prefs,
+            }
+        });
+        let caps = caps.as_object().unwrap().clone().into_iter().collect();
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .expect("a WebDriver session with headless Chromium")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// The dashboard served on a loopback port over the in-memory cluster, with a background loop that
+/// plays the operator (reconcile everything, every 100 ms) and moves the cluster's clock with real time.
+pub struct Served {
+    pub url: String,
+    pub cluster: Arc<Cluster>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Served {
+    pub async fn start(cluster: Cluster, read_only: bool) -> Self {
+        let cluster = Arc::new(cluster);
+        let router = crate::dashboard::dashboard_router(&cluster, read_only);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        let c = Arc::clone(&cluster);
+        let operator = tokio::spawn(async move {
+            let mut last = Instant::now();
+            loop {
+                let now = Instant::now();
+                c.clock.advance(jiff::SignedDuration::try_from(now - last).unwrap_or_default());
+                last = now;
+                c.reconcile_all_once().await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Self { url, cluster, tasks: vec![server, operator] }
+    }
+
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Polls `check` until it holds, for at most `secs` seconds.
+pub async fn eventually<F, Fut>(what: &str, secs: u64, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {secs}s waiting for: {what}");
+}
+
+/// The text of the first element matching `css`, or "" if there is none.
+pub async fn text(client: &Client, css: &str) -> String {
+    match client.find(Locator::Css(css)).await {
+        Ok(el) => el.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Waits until the page has hydrated and its event stream is open (the header says "● Live").
+pub async fn wait_live(client: &Client) {
+    eventually("the page to hydrate and connect to /events", 60, || async { text(client, ".live").await == "● Live" }).await;
+}
+
+/// Saves a screenshot under `target/screenshots/` (not committed).
+pub async fn screenshot(client: &Client, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.expect("screenshot");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
