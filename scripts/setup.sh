@@ -17,9 +17,13 @@ if ! rustup target list --installed --toolchain "$toolchain" | grep -qx wasm32-u
 fi
 echo "setup: toolchain $toolchain with wasm32-unknown-unknown, clippy, rustfmt ready"
 
-# Debian packages the tests use: the real ClickHouse server (18.16) for the HTTP transport tests.
+# Debian packages the tests use: the real ClickHouse server (18.16) for the HTTP transport tests, and
+# Chromium with chromedriver for the dashboard's browser tests.
 missing=()
 [ -x /usr/sbin/clickhouse-server ] || missing+=(clickhouse-server)
+# Headless Chromium and its WebDriver for the dashboard's browser tests.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -27,7 +31,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   # start their own server with a throwaway config.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "setup: clickhouse-server $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo '?') ready"
+echo "setup: clickhouse-server $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo '?'), chromium $(dpkg-query -W -f='${Version}' chromium 2>/dev/null || echo '?') ready"
 
 # A current ClickHouse SQL parser (chdb-core from PyPI), in a venv under target/ so it is cached with
 # the build and never committed.

@@ -93,6 +93,8 @@ pub struct Served {
 
 impl Served {
     pub async fn start(cluster: Cluster, read_only: bool) -> Self {
+        // Real wall time from here on, so ages computed from the API's creation timestamps read true.
+        cluster.clock.advance(jiff::Timestamp::now().duration_since(cluster.clock.now()));
         let cluster = Arc::new(cluster);
         let router = crate::dashboard::dashboard_router(&cluster, read_only);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
