@@ -92,12 +92,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
 
+    let read_only =
+        args.read_only_dashboard || !may_create_tenants(&client, &args.config.namespace).await;
     let dashboard = crate::web::dashboard::router(crate::web::dashboard::Dashboard {
         backend: Arc::new(crate::web::backend::ClusterBackend {
             client: client.clone(),
             stores: stores.clone(),
             namespace: args.config.namespace.clone(),
-            read_only: args.read_only_dashboard,
+            read_only,
             clock: Clock::System,
         }),
         actions: Arc::new(crate::web::actions::Actions {
@@ -106,7 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace: args.config.namespace.clone(),
         }),
         changes: stores.changes.subscribe(),
-        read_only: args.read_only_dashboard,
+        read_only,
     });
     let dashboard_listener = tokio::net::TcpListener::bind(args.dashboard_addr)
         .await
@@ -117,7 +119,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_graceful_shutdown(dashboard_shutdown)
             .await
     });
-    tracing::info!(dashboard = %args.dashboard_addr, read_only = args.read_only_dashboard, "dashboard listening");
+    tracing::info!(dashboard = %args.dashboard_addr, read_only, "dashboard listening");
 
     let controllers = tokio::spawn(run_controllers(ctx, writers, wait_for(shutdown_rx)));
     shutdown_signal().await;
@@ -146,6 +148,42 @@ pub async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::
             "list tenants",
             &e
         ))),
+    }
+}
+
+/// The dashboard offers actions only if this operator's account may carry them out: installed with
+/// `--read-only-dashboard`, its Role has no `create` on tenants, and the dashboard then turns read-only
+/// by itself instead of showing buttons that would fail.
+async fn may_create_tenants(client: &Client, namespace: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("create".into()),
+                group: Some(crate::crd::GROUP.into()),
+                resource: Some("tenants".into()),
+                namespace: Some(namespace.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    match api.create(&Default::default(), &review).await {
+        Ok(r) => {
+            let allowed = r.status.is_some_and(|s| s.allowed);
+            if !allowed {
+                tracing::info!("this account may not create tenants: the dashboard is read-only");
+            }
+            allowed
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not review this account's permissions; assuming the dashboard may act");
+            true
+        }
     }
 }
 

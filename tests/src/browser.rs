@@ -16,7 +16,11 @@ pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A chromedriver process, stopped on drop.
@@ -29,7 +33,10 @@ pub struct Driver {
 impl Driver {
     pub fn start() -> Self {
         for bin in [CHROMEDRIVER, CHROMIUM] {
-            assert!(std::path::Path::new(bin).exists(), "{bin} is missing: run `bash scripts/setup.sh` (it installs Debian's chromium and chromium-driver)");
+            assert!(
+                std::path::Path::new(bin).exists(),
+                "{bin} is missing: run `bash scripts/setup.sh` (it installs Debian's chromium and chromium-driver)"
+            );
         }
         let port = free_port();
         let child = Command::new(CHROMEDRIVER)
@@ -43,8 +50,15 @@ impl Driver {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let profile = std::env::temp_dir().join(format!("sentry-tenants-chromium-{}-{port}", std::process::id()));
-        Self { child, port, profile }
+        let profile = std::env::temp_dir().join(format!(
+            "sentry-tenants-chromium-{}-{port}",
+            std::process::id()
+        ));
+        Self {
+            child,
+            port,
+            profile,
+        }
     }
 
     /// A browser session; `javascript: false` turns scripts off for the whole profile.
@@ -94,7 +108,9 @@ pub struct Served {
 impl Served {
     pub async fn start(cluster: Cluster, read_only: bool) -> Self {
         // Real wall time from here on, so ages computed from the API's creation timestamps read true.
-        cluster.clock.advance(jiff::Timestamp::now().duration_since(cluster.clock.now()));
+        cluster
+            .clock
+            .advance(jiff::Timestamp::now().duration_since(cluster.clock.now()));
         let cluster = Arc::new(cluster);
         let router = crate::dashboard::dashboard_router(&cluster, read_only);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -107,13 +123,18 @@ impl Served {
             let mut last = Instant::now();
             loop {
                 let now = Instant::now();
-                c.clock.advance(jiff::SignedDuration::try_from(now - last).unwrap_or_default());
+                c.clock
+                    .advance(jiff::SignedDuration::try_from(now - last).unwrap_or_default());
                 last = now;
                 c.reconcile_all_once().await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
-        Self { url, cluster, tasks: vec![server, operator] }
+        Self {
+            url,
+            cluster,
+            tasks: vec![server, operator],
+        }
     }
 
     pub fn at(&self, path: &str) -> String {
@@ -155,7 +176,10 @@ pub async fn text(client: &Client, css: &str) -> String {
 
 /// Waits until the page has hydrated and its event stream is open (the header says "● Live").
 pub async fn wait_live(client: &Client) {
-    eventually("the page to hydrate and connect to /events", 60, || async { text(client, ".live").await == "● Live" }).await;
+    eventually("the page to hydrate and connect to /events", 60, || async {
+        text(client, ".live").await == "● Live"
+    })
+    .await;
 }
 
 /// Saves a screenshot under `target/screenshots/` (not committed).
@@ -164,4 +188,71 @@ pub async fn screenshot(client: &Client, name: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     let png = client.screenshot().await.expect("screenshot");
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// A TCP relay between the browser and the dashboard that can cut every connection — a dropped network
+/// — and keep refusing for a while, without touching the server.
+pub struct Relay {
+    pub url: String,
+    cut: Arc<tokio::sync::watch::Sender<u64>>,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    pub async fn start(upstream: &str) -> Self {
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let cut = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (cut2, down2) = (Arc::clone(&cut), Arc::clone(&down));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if down2.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped on the floor: connection refused, as far as the browser can tell
+                }
+                let upstream = upstream.clone();
+                let mut cut_rx = cut2.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_rx.changed() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            url,
+            cut,
+            down,
+            task,
+        }
+    }
+
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// Cuts every open connection and refuses new ones until [`Relay::restore`].
+    pub fn cut(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut.send_modify(|v| *v += 1);
+    }
+
+    pub fn restore(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -619,12 +619,16 @@ impl Cluster {
     /// races the test's own writes the way a real controller does (a conflict is retried next pass).
     pub async fn reconcile_all_once(&self) {
         self.sync_stores().await;
-        let Ok(runs) = self.runjobs().list(&ListParams::default()).await else { return };
+        let Ok(runs) = self.runjobs().list(&ListParams::default()).await else {
+            return;
+        };
         for r in runs.items {
             let _ = runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx)).await;
         }
         self.sync_stores().await;
-        let Ok(tenants) = self.tenants().list(&ListParams::default()).await else { return };
+        let Ok(tenants) = self.tenants().list(&ListParams::default()).await else {
+            return;
+        };
         for t in tenants.items {
             let _ = tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx)).await;
         }

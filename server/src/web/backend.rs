@@ -246,7 +246,11 @@ impl ClusterBackend {
     /// From the cache; a miss is confirmed against the API, since a tenant created a moment ago (the
     /// page a Create redirects to) may not have reached the cache yet.
     async fn tenant_object(&self, name: &str) -> Option<Arc<Tenant>> {
-        if let Some(t) = self.stores.tenants.get(&ObjectRef::new(name).within(&self.namespace)) {
+        if let Some(t) = self
+            .stores
+            .tenants
+            .get(&ObjectRef::new(name).within(&self.namespace))
+        {
             return Some(t);
         }
         let api: Api<Tenant> = Api::namespaced(self.client.clone(), &self.namespace);

@@ -82,6 +82,7 @@ const OPERATOR_READ_ONLY: &[&str] = &[
     "/pods/log[]:get",
     "/events[]:create",
     "/events[]:patch",
+    "/events[]:list",
     "events.k8s.io/events[]:create",
     "events.k8s.io/events[]:patch",
     "coordination.k8s.io/leases[]:create",

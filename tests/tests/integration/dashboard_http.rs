@@ -443,6 +443,11 @@ fn a_tenant_not_yet_in_the_cache_is_read_from_the_api() {
         let c = Cluster::new().await;
         c.create_tenant("fresh").await; // not synced into the caches
         let page = get(dashboard_router(&c, false), "/tenants/fresh").await;
-        assert!(page.body.contains(r#"action="/actions/tenants/fresh/provision""#), "{}", page.body);
+        assert!(
+            page.body
+                .contains(r#"action="/actions/tenants/fresh/provision""#),
+            "{}",
+            page.body
+        );
     })
 }

@@ -1,0 +1,21 @@
+//! Every cross-crate test of sentry-tenants in one binary: one link of the operator, the dashboard and
+//! their dependencies instead of one per file. Each module is one area; see the README's verification
+//! section for what each proves.
+
+mod clickhouse_live;
+mod clickhouse_parser;
+mod crd_schema;
+mod dashboard_browser;
+mod dashboard_http;
+mod e2e_clickhouse;
+mod e2e_cluster;
+mod install_bundle;
+mod installer;
+mod leader_election;
+mod operator_process;
+mod provisioner;
+mod runjob_rules;
+mod tenant_rules;
+mod uninstall_check;
+mod watch_wiring;
+mod write_budget;
