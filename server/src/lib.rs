@@ -15,6 +15,7 @@ pub use sentry_tenants_app::names;
 pub mod operator;
 pub mod provision;
 pub mod telemetry;
+pub mod text;
 pub mod web;
 
 /// Image the Jobs (and, later, the installed Deployment) run: the published image of this version.

@@ -1,7 +1,6 @@
 //! Real headless Chromium (Debian's `chromium` + `chromium-driver`), driven over WebDriver with
 //! fantoccini, against the real dashboard router served on 127.0.0.1.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -10,18 +9,10 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
-use crate::Cluster;
+use crate::{Cluster, free_port};
 
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 pub const CHROMIUM: &str = "/usr/bin/chromium";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A chromedriver process, stopped on drop.
 pub struct Driver {

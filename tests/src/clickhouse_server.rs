@@ -1,8 +1,9 @@
 //! Debian's real `clickhouse-server` (18.16), started for a test on 127.0.0.1 with a throwaway config,
 //! and stopped when the handle drops.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
+
+use crate::free_port;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,14 +15,6 @@ pub struct ClickHouseServer {
     child: Child,
     dir: PathBuf,
     pub http_port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl ClickHouseServer {

@@ -28,6 +28,30 @@ pub mod clickhouse_server;
 
 pub const NS: &str = "sentry-tenants";
 
+/// A TCP port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Install values for tests: the defaults `install` uses, in `namespace`.
+pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
+    sentry_tenants::install::Values {
+        namespace: namespace.into(),
+        image: sentry_tenants::DEFAULT_IMAGE.into(),
+        replicas: 1,
+        clickhouse_url: "http://clickhouse:8123".into(),
+        clickhouse_admin_secret: "clickhouse-admin".into(),
+        read_only_dashboard: false,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+    .validate()
+    .unwrap()
+}
+
 /// One request the code under test sent.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -502,16 +526,22 @@ impl Cluster {
 
     /// What the provisioner reports after a successful Provision run.
     pub async fn report_provisioned(&self, tenant: &str) {
-        let patch = json!({"status": {"clickHouseDatabaseName": format!("tenant_{}", tenant.replace('-', "_")),
-                                      "clickHouseSecretRef": {"name": format!("{tenant}-clickhouse")}}});
-        self.tenants()
-            .patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        let database = format!("tenant_{}", tenant.replace('-', "_"));
+        let secret = format!("{tenant}-clickhouse");
+        self.patch_tenant_status(
+            tenant,
+            json!({"clickHouseDatabaseName": database, "clickHouseSecretRef": {"name": secret}}),
+        )
+        .await;
     }
 
     pub async fn report_access_locked(&self, tenant: &str, locked: bool) {
-        let patch = json!({"status": {"accessLocked": locked}});
+        self.patch_tenant_status(tenant, json!({"accessLocked": locked}))
+            .await;
+    }
+
+    async fn patch_tenant_status(&self, tenant: &str, status: Value) {
+        let patch = json!({ "status": status });
         self.tenants()
             .patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -121,20 +121,9 @@ fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
     let mut url = path.to_owned();
     for (k, v) in pairs {
         url.push(if url.contains('?') { '&' } else { '?' });
-        url.push_str(&format!("{k}={}", encode(v)));
+        url.push_str(&format!("{k}={}", crate::text::percent_encode(v)));
     }
     url
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Strips earlier `notice`/`error`/`confirm` parameters so messages do not pile up in the URL.

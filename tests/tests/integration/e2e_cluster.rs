@@ -179,13 +179,8 @@ async fn install_check_uninstall_against_a_real_cluster() {
     let pre = preflight(&client, &ns).await;
     assert!(all_passed(&pre), "{pre:#?}");
     let values = Values {
-        namespace: ns.clone(),
         image,
-        replicas: 1,
-        clickhouse_url: "http://clickhouse:8123".into(),
-        clickhouse_admin_secret: "clickhouse-admin".into(),
-        read_only_dashboard: false,
-        version: env!("CARGO_PKG_VERSION").into(),
+        ..sentry_tenants_tests::install_values(&ns)
     }
     .validate()
     .unwrap();

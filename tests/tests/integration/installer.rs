@@ -18,17 +18,7 @@ use serde_json::{Value, json};
 const NS: &str = "sentry-tenants";
 
 fn values() -> Values {
-    Values {
-        namespace: NS.into(),
-        image: sentry_tenants::DEFAULT_IMAGE.into(),
-        replicas: 1,
-        clickhouse_url: "http://clickhouse:8123".into(),
-        clickhouse_admin_secret: "clickhouse-admin".into(),
-        read_only_dashboard: false,
-        version: "0.1.0".into(),
-    }
-    .validate()
-    .unwrap()
+    sentry_tenants_tests::install_values(NS)
 }
 
 fn no_wait() -> InstallOptions {

@@ -16,17 +16,7 @@ use sentry_tenants_tests::{Cluster, NS, status_body};
 use serde_json::json;
 
 fn values() -> Values {
-    Values {
-        namespace: NS.into(),
-        image: sentry_tenants::DEFAULT_IMAGE.into(),
-        replicas: 1,
-        clickhouse_url: "http://clickhouse:8123".into(),
-        clickhouse_admin_secret: "clickhouse-admin".into(),
-        read_only_dashboard: false,
-        version: env!("CARGO_PKG_VERSION").into(),
-    }
-    .validate()
-    .unwrap()
+    sentry_tenants_tests::install_values(NS)
 }
 
 async fn installed() -> Cluster {
