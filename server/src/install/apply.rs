@@ -45,6 +45,11 @@ pub enum InstallError {
     },
 }
 
+/// A failed API call as one line naming what we were doing.
+pub fn api_error(action: &str, e: &kube::Error) -> InstallError {
+    InstallError::Api(crate::cluster::describe(action, e))
+}
+
 #[derive(Debug, Clone)]
 pub struct InstallOptions {
     pub force_conflicts: bool,
@@ -153,10 +158,7 @@ async fn apply_one(
             Ok(())
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Err(conflict(obj, &status.message)),
-        Err(e) => Err(InstallError::Api(crate::cluster::describe(
-            &format!("apply {what}"),
-            &e,
-        ))),
+        Err(e) => Err(api_error(&format!("apply {what}"), &e)),
     }
 }
 
@@ -202,9 +204,10 @@ async fn wait_established(
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let what = format!("CRD {name} to be Established");
     poll(&what, opts, progress, ns, async || {
-        let crd = api.get(name).await.map_err(|e| {
-            InstallError::Api(crate::cluster::describe(&format!("get CRD {name}"), &e))
-        })?;
+        let crd = api
+            .get(name)
+            .await
+            .map_err(|e| api_error(&format!("get CRD {name}"), &e))?;
         let established = crd.status.and_then(|s| s.conditions).is_some_and(|c| {
             c.iter()
                 .any(|c| c.type_ == "Established" && c.status == "True")
@@ -225,7 +228,7 @@ pub async fn wait_rollout(
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let what = format!("Deployment {ns}/{name} to roll out");
     poll(&what, opts, progress, ns, async || {
-        let d = api.get(name).await.map_err(|e| InstallError::Api(crate::cluster::describe(&format!("get Deployment {name}"), &e)))?;
+        let d = api.get(name).await.map_err(|e| api_error(&format!("get Deployment {name}"), &e))?;
         let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
         let generation = d.metadata.generation.unwrap_or(0);
         let s = d.status.unwrap_or_default();
@@ -293,9 +296,10 @@ async fn prune(
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &values.namespace, &resource);
-        let live = api.list(&selector).await.map_err(|e| {
-            InstallError::Api(crate::cluster::describe(&format!("list {kind}s"), &e))
-        })?;
+        let live = api
+            .list(&selector)
+            .await
+            .map_err(|e| api_error(&format!("list {kind}s"), &e))?;
         for obj in live
             .items
             .into_iter()
@@ -304,9 +308,7 @@ async fn prune(
             let what = format!("{kind} {}/{}", values.namespace, obj.name_any());
             api.delete(&obj.name_any(), &DeleteParams::background())
                 .await
-                .map_err(|e| {
-                    InstallError::Api(crate::cluster::describe(&format!("prune {what}"), &e))
-                })?;
+                .map_err(|e| api_error(&format!("prune {what}"), &e))?;
             progress.done(&format!("pruned {what} (no longer in the bundle)"));
             report.pruned.push(what);
         }
@@ -315,7 +317,7 @@ async fn prune(
     let ours = crds
         .list(&selector)
         .await
-        .map_err(|e| InstallError::Api(crate::cluster::describe("list CRDs", &e)))?;
+        .map_err(|e| api_error("list CRDs", &e))?;
     for crd in ours
         .items
         .into_iter()
@@ -331,9 +333,7 @@ async fn prune(
         }
         crds.delete(&crd.name_any(), &DeleteParams::background())
             .await
-            .map_err(|e| {
-                InstallError::Api(crate::cluster::describe(&format!("prune {what}"), &e))
-            })?;
+            .map_err(|e| api_error(&format!("prune {what}"), &e))?;
         progress.done(&format!("pruned {what} (no longer in the bundle)"));
         report.pruned.push(what);
     }
@@ -361,9 +361,6 @@ async fn crd_has_instances(
     match api.list(&ListParams::default().limit(1)).await {
         Ok(list) => Ok(!list.items.is_empty()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(InstallError::Api(crate::cluster::describe(
-            "list objects of a CRD",
-            &e,
-        ))),
+        Err(e) => Err(api_error("list objects of a CRD", &e)),
     }
 }

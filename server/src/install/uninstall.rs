@@ -10,7 +10,7 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::apply::{BUNDLE_SELECTOR, InstallError, NAMESPACED_KINDS};
+use super::apply::{BUNDLE_SELECTOR, InstallError, NAMESPACED_KINDS, api_error};
 use super::progress::Progress;
 use crate::crd::{RUNJOB_FINALIZER, RunJob, Tenant};
 use crate::leader::LEASE_NAME;
@@ -20,10 +20,6 @@ pub struct UninstallReport {
     pub deleted: Vec<String>,
     pub released_finalizers: Vec<String>,
     pub kept: Vec<String>,
-}
-
-fn api_error(action: &str, e: &kube::Error) -> InstallError {
-    InstallError::Api(crate::cluster::describe(action, e))
 }
 
 fn absent(e: &kube::Error) -> bool {
