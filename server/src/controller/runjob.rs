@@ -55,14 +55,12 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
     let now = ctx.clock.now();
     let desired = match tenant_problem(&run, tenant.as_deref()) {
         // Rule 3.
-        Some(problem) => failed(&run, None, &problem, now),
+        Some(problem) => failed(&run, &problem, now),
         // Rules 4 and 5.
         None => match get_or_create_job(&run, &ctx).await? {
             JobLookup::Ours(job) => status_from_job(&run, &job, now),
             JobLookup::Foreign(job) => waiting_for_foreign_job(&run, &job),
-            JobLookup::Vanished => {
-                failed(&run, None, "its Job was deleted before it finished", now)
-            }
+            JobLookup::Vanished => failed(&run, "its Job was deleted before it finished", now),
         },
     };
     let desired = with_pod_outcome(&run, desired, &ctx).await;
@@ -344,16 +342,9 @@ fn set_finished_condition(
 }
 
 /// Rule 3's outcome, and the outcome of a Job that vanished: Failed, with the reason as the message.
-fn failed(run: &RunJob, job: Option<&Job>, message: &str, now: Timestamp) -> RunJobStatus {
-    let mut status = run.status.clone().unwrap_or_default();
-    if let Some(job) = job {
-        status.job_ref = Some(JobRef {
-            name: job.name_any(),
-            uid: job.uid().unwrap_or_default(),
-        });
-    }
+fn failed(run: &RunJob, message: &str, now: Timestamp) -> RunJobStatus {
     finished(
-        status,
+        run.status.clone().unwrap_or_default(),
         run,
         RunPhase::Failed,
         format!("Run failed: {message}"),
