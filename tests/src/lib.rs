@@ -217,6 +217,50 @@ impl InterceptSlot {
     }
 }
 
+/// Seeded fault injection for drills: answers `rate` of the requests it sees with a 409 Conflict, a 500, or
+/// a 504 (the apiserver's answer to a request that timed out), chosen by a seeded xorshift generator so a
+/// failing drill can be replayed.
+pub struct Faults {
+    state: Mutex<u64>,
+    rate_per_mille: u64,
+    pub injected: std::sync::atomic::AtomicU64,
+}
+
+impl Faults {
+    pub fn new(seed: u64, rate_per_mille: u64) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(seed.max(1)),
+            rate_per_mille,
+            injected: Default::default(),
+        })
+    }
+
+    fn next(&self) -> u64 {
+        let mut x = self.state.lock().unwrap();
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// Installs these faults on `slot`.
+    pub fn install(self: &Arc<Self>, slot: &InterceptSlot) {
+        let faults = Arc::clone(self);
+        slot.set(move |_, _, _, _| {
+            let roll = faults.next();
+            if roll % 1000 >= faults.rate_per_mille {
+                return None;
+            }
+            faults.injected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Some(match (roll / 1000) % 3 {
+                0 => (409, status_body(409, "Conflict", "the object has been modified; please apply your changes to the latest version")),
+                1 => (500, status_body(500, "InternalError", "etcdserver: request timed out")),
+                _ => (504, status_body(504, "Timeout", "the server was unable to return a response in the time allotted")),
+            })
+        });
+    }
+}
+
 /// A Kubernetes `Status` body, as the apiserver sends with an error.
 pub fn status_body(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})

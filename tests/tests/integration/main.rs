@@ -9,6 +9,7 @@ mod dashboard_browser;
 mod dashboard_http;
 mod e2e_clickhouse;
 mod e2e_cluster;
+mod fault_drills;
 mod install_bundle;
 mod installer;
 mod leader_election;
