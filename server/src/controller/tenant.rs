@@ -3,8 +3,9 @@
 //! 2. `status.phase` is a pure function of spec.suspended, the provisioner's report
 //!    (`status.clickHouseDatabaseName`) and the tenant's runs — recomputed every time, never toggled.
 //! 3. `Ready`, `Provisioned` and `AccessLocked` conditions follow the phase; transition times move only on flips.
-//! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant, one
-//!    Suspend/Resume RunJob is created for that generation — never a second one.
+//! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant, a
+//!    Suspend/Resume RunJob is created for that generation — one at a time, a failed one retried up to
+//!    [`MAX_LOCK_ATTEMPTS`] times, never more.
 //! 5. Status is written only when it changed.
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
@@ -216,13 +217,37 @@ pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunActi
     };
     let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
     let generation = tenant.metadata.generation.unwrap_or(1).max(0) as u64;
-    let name = tenant_name.run_job(action.as_str(), generation);
-    let already_made = runs
+    // This generation's earlier attempts, live or already cleaned up into the history.
+    let prefix = format!("{tenant_name}-{}-", action.as_str().to_ascii_lowercase());
+    let attempt_of = |name: &str| {
+        let serial: u64 = name.strip_prefix(&prefix)?.parse().ok()?;
+        (serial / LOCK_ATTEMPTS_PER_GENERATION == generation).then_some(())
+    };
+    let live = runs
         .iter()
-        .any(|r| r.metadata.name.as_deref() == Some(name.as_str()))
-        || tenant.history().iter().any(|h| h.name == name);
-    (!already_made).then_some((action, name))
+        .filter(|r| r.spec.action == action)
+        .filter_map(|r| attempt_of(r.metadata.name.as_deref()?).map(|()| r.phase()));
+    let recorded = tenant
+        .history()
+        .iter()
+        .filter(|h| h.action == action)
+        .filter_map(|h| attempt_of(&h.name).map(|()| Some(h.phase)));
+    let outcomes: Vec<Option<RunPhase>> = live.chain(recorded).collect();
+    if outcomes.contains(&Some(RunPhase::Succeeded)) {
+        return None;
+    }
+    let attempts = outcomes.len() as u64;
+    // A transient failure is retried; a permanent one stops after a few tries instead of looping.
+    (attempts < MAX_LOCK_ATTEMPTS).then(|| {
+        let serial = generation * LOCK_ATTEMPTS_PER_GENERATION + attempts;
+        (action, tenant_name.run_job(action.as_str(), serial))
+    })
 }
+
+/// Suspend/Resume attempts for one generation before the tenant reconciler gives up until the spec changes.
+pub const MAX_LOCK_ATTEMPTS: u64 = 3;
+/// Run serials are `generation × 10 + attempt`, so attempts of one generation sort together.
+const LOCK_ATTEMPTS_PER_GENERATION: u64 = 10;
 
 /// A new RunJob for `tenant`, owned by it and carrying the RunJob controller's finalizer from birth
 /// (so the controller needs no extra write to add it).

@@ -86,25 +86,46 @@ async fn suspending_a_provisioned_tenant_creates_one_suspend_run_once() {
 }
 
 #[tokio::test]
-async fn a_failed_suspend_run_is_not_retried_for_the_same_generation() {
+async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cleanup() {
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
-    c.settle().await;
-    let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
-    let name = runs_of(&runs, RunAction::Suspend).remove(0);
-    c.job_failed(&name, "BackoffLimitExceeded", "clickhouse unreachable")
-        .await;
-    c.settle().await;
-    c.clock.advance(SignedDuration::from_secs(301));
-    c.settle().await;
-    assert!(c.run(&name).await.is_none(), "cleaned up");
-    c.settle().await;
+    let mut failed = Vec::new();
+    for attempt in 0..sentry_tenants::controller::tenant::MAX_LOCK_ATTEMPTS {
+        c.settle().await;
+        let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
+        let in_flight: Vec<_> = runs
+            .iter()
+            .filter(|r| r.spec.action == RunAction::Suspend && r.is_in_flight())
+            .collect();
+        assert_eq!(in_flight.len(), 1, "attempt {attempt}: one at a time");
+        let name = in_flight[0].name_any();
+        assert!(!failed.contains(&name), "a fresh name per attempt");
+        c.job_failed(&name, "BackoffLimitExceeded", "clickhouse unreachable")
+            .await;
+        failed.push(name);
+        if attempt == 0 {
+            // Cleanup moves the failure into the history; it still counts.
+            c.settle().await;
+            c.clock.advance(SignedDuration::from_secs(301));
+        }
+    }
+    for _ in 0..3 {
+        c.settle().await;
+    }
     assert_eq!(
-        c.log.creates_of("runjobs"),
-        1,
-        "history says this generation's run was made"
+        c.log.creates_of("runjobs") as u64,
+        sentry_tenants::controller::tenant::MAX_LOCK_ATTEMPTS,
+        "no attempt beyond the limit: {failed:?}"
     );
     assert_eq!(c.tenant("acme").await.history()[0].phase, RunPhase::Failed);
+    // A new spec change (a new generation) gets a fresh set of attempts.
+    c.set_suspended("acme", false).await;
+    c.set_suspended("acme", true).await;
+    c.settle().await;
+    assert_eq!(
+        c.log.creates_of("runjobs") as u64,
+        sentry_tenants::controller::tenant::MAX_LOCK_ATTEMPTS + 1
+    );
 }
 
 #[tokio::test]
