@@ -166,16 +166,29 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
 
     if database.is_some() {
         let locked = current.access_locked.unwrap_or(false);
-        let (reason, message) = match (locked, tenant.spec.suspended) {
-            (true, true) => ("LoginsLocked", "ClickHouse logins are locked"),
-            (false, false) => ("LoginsAllowed", "ClickHouse logins are allowed"),
-            (false, true) => (
+        let lock_in_flight = runs.iter().any(|r| {
+            matches!(r.spec.action, RunAction::Suspend | RunAction::Resume) && r.is_in_flight()
+        });
+        // Out of step with no run in flight and none left to try: the attempts were used up.
+        let gave_up = !lock_in_flight && lock_run_needed(tenant, runs).is_none();
+        let (reason, message) = match (locked, tenant.spec.suspended, gave_up) {
+            (true, true, _) => ("LoginsLocked", "ClickHouse logins are locked"),
+            (false, false, _) => ("LoginsAllowed", "ClickHouse logins are allowed"),
+            (false, true, false) => (
                 "Locking",
                 "Suspended; a Suspend run is locking ClickHouse logins",
             ),
-            (true, false) => (
+            (true, false, false) => (
                 "Unlocking",
                 "Resumed; a Resume run is unlocking ClickHouse logins",
+            ),
+            (false, true, true) => (
+                "LockFailed",
+                "Suspended, but locking ClickHouse logins failed on every attempt: see the run history, then resume and suspend again to retry",
+            ),
+            (true, false, true) => (
+                "UnlockFailed",
+                "Resumed, but unlocking ClickHouse logins failed on every attempt: see the run history, then suspend and resume again to retry",
             ),
         };
         set_condition(

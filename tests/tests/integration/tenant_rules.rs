@@ -118,6 +118,11 @@ async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cl
         "no attempt beyond the limit: {failed:?}"
     );
     assert_eq!(c.tenant("acme").await.history()[0].phase, RunPhase::Failed);
+    let gave_up = condition(&c.tenant("acme").await, "AccessLocked").clone();
+    assert_eq!(
+        (gave_up.status.as_str(), gave_up.reason.as_str()),
+        ("False", "LockFailed")
+    );
     // A new spec change (a new generation) gets a fresh set of attempts.
     c.set_suspended("acme", false).await;
     c.set_suspended("acme", true).await;
