@@ -639,24 +639,10 @@ impl Cluster {
 
     /// Refills the caches from the API, as the watches would.
     pub async fn sync_stores(&self) {
-        let tenants = self
-            .tenants()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        let runs = self
-            .runjobs()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        let jobs = self
-            .jobs()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
+        let all = ListParams::default();
+        let tenants = self.tenants().list(&all).await.unwrap().items;
+        let runs = self.runjobs().list(&all).await.unwrap().items;
+        let jobs = self.jobs().list(&all).await.unwrap().items;
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, tenants);
         refill(&mut w.runjobs, runs);

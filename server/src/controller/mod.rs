@@ -6,7 +6,7 @@ pub mod runjob;
 pub mod tenant;
 mod wiring;
 
-pub use wiring::{StoreWriters, Stores, run_controllers};
+pub use wiring::{StoreWriters, Stores, cached_or_fetched, run_controllers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,6 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -109,11 +108,13 @@ impl Context {
     /// The tenant from the cache; a miss is confirmed against the API, because acting on a stale
     /// negative (failing a run whose tenant was just created) would be wrong.
     pub async fn find_tenant(&self, name: &str) -> Result<Option<Arc<Tenant>>> {
-        let key = ObjectRef::new(name).within(&self.config.namespace);
-        if let Some(t) = self.stores.tenants.get(&key) {
-            return Ok(Some(t));
-        }
-        Ok(self.tenants().get_opt(name).await?.map(Arc::new))
+        Ok(cached_or_fetched(
+            &self.stores.tenants,
+            &self.tenants(),
+            &self.config.namespace,
+            name,
+        )
+        .await?)
     }
 
     /// The tenant's runs, from the cache.

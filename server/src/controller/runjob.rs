@@ -243,14 +243,10 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
 
 /// A Job from the cache, or from the API when the cache has not seen it (yet).
 async fn lookup_job(name: &str, ctx: &Context) -> Result<Option<Arc<Job>>> {
-    if let Some(job) = ctx
-        .stores
-        .jobs
-        .get(&ObjectRef::new(name).within(&ctx.config.namespace))
-    {
-        return Ok(Some(job));
-    }
-    Ok(ctx.jobs().get_opt(name).await?.map(Arc::new))
+    Ok(
+        super::cached_or_fetched(&ctx.stores.jobs, &ctx.jobs(), &ctx.config.namespace, name)
+            .await?,
+    )
 }
 
 /// Rule 5: the RunJob's status as a function of its Job.

@@ -99,6 +99,23 @@ fn on_leadership_gained(leader: watch::Receiver<bool>) -> impl Stream<Item = ()>
     })
 }
 
+/// An object from its cache; a miss is confirmed against the API, because a cache may lag a moment
+/// behind (a Job just created, a tenant a form just made) and acting on a stale "absent" would be wrong.
+pub async fn cached_or_fetched<K>(
+    store: &Store<K>,
+    api: &Api<K>,
+    namespace: &str,
+    name: &str,
+) -> kube::Result<Option<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if let Some(obj) = store.get(&ObjectRef::new(name).within(namespace)) {
+        return Ok(Some(obj));
+    }
+    Ok(api.get_opt(name).await?.map(Arc::new))
+}
+
 /// Maps a RunJob to the Tenant whose phase and history depend on it.
 pub fn tenant_of_run(run: Arc<RunJob>) -> Option<ObjectRef<Tenant>> {
     let ns = run.metadata.namespace.as_deref()?;

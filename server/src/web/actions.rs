@@ -12,13 +12,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
 use kube::api::{Api, ObjectMeta, Patch, PostParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use sentry_tenants_app::forms::ActionReply;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::controller::{Stores, tenant::new_run_job, write_params};
+use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
 use crate::crd::{RunAction, Tenant, TenantSpec};
 use crate::names::{TenantName, validate_display_name};
 
@@ -378,15 +377,8 @@ async fn find(a: &Actions, name: &str) -> Result<Arc<Tenant>, Outcome> {
             format!("no tenant named {name:?}"),
         ));
     }
-    if let Some(t) = a
-        .stores
-        .tenants
-        .get(&ObjectRef::new(name).within(&a.namespace))
-    {
-        return Ok(t);
-    }
-    match a.tenants().get_opt(name).await {
-        Ok(Some(t)) => Ok(Arc::new(t)),
+    match cached_or_fetched(&a.stores.tenants, &a.tenants(), &a.namespace, name).await {
+        Ok(Some(t)) => Ok(t),
         Ok(None) => Err(Outcome::failed(
             StatusCode::NOT_FOUND,
             format!("no tenant named {name}"),

@@ -18,8 +18,8 @@ use sentry_tenants_app::model::{
 };
 
 use crate::clock::Clock;
-use crate::controller::Stores;
 use crate::controller::runjob::LOG_TAIL_LINES;
+use crate::controller::{Stores, cached_or_fetched};
 use crate::crd::{RunAction, RunJob, Tenant, TenantPhase};
 use crate::leader::LEASE_NAME;
 
@@ -246,15 +246,11 @@ impl ClusterBackend {
     /// From the cache; a miss is confirmed against the API, since a tenant created a moment ago (the
     /// page a Create redirects to) may not have reached the cache yet.
     async fn tenant_object(&self, name: &str) -> Option<Arc<Tenant>> {
-        if let Some(t) = self
-            .stores
-            .tenants
-            .get(&ObjectRef::new(name).within(&self.namespace))
-        {
-            return Some(t);
-        }
         let api: Api<Tenant> = Api::namespaced(self.client.clone(), &self.namespace);
-        api.get_opt(name).await.ok().flatten().map(Arc::new)
+        cached_or_fetched(&self.stores.tenants, &api, &self.namespace, name)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// The tenant's ten most recent Events, newest first. Advisory: an error shows none.
