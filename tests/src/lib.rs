@@ -9,6 +9,7 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::client::Body;
 use kube::runtime::controller::Action;
@@ -25,6 +26,7 @@ use tokio::sync::watch;
 
 pub mod browser;
 pub mod clickhouse_server;
+pub mod fleet;
 
 pub const NS: &str = "sentry-tenants";
 
@@ -104,10 +106,17 @@ impl RequestLog {
             .collect()
     }
     pub fn creates_of(&self, resource: &str) -> usize {
-        self.all()
-            .iter()
-            .filter(|r| r.method == Method::POST && r.resource() == resource && r.status < 300)
-            .count()
+        self.count(|r| r.method == Method::POST && r.resource() == resource && r.status < 300)
+    }
+    /// Requests matching `pred`, counted in place (drills with thousands of objects log a lot).
+    pub fn count(&self, pred: impl Fn(&Recorded) -> bool) -> usize {
+        self.0.lock().unwrap().iter().filter(|r| pred(r)).count()
+    }
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -219,7 +228,9 @@ impl InterceptSlot {
 
 /// Seeded fault injection for drills: answers `rate` of the requests it sees with a 409 Conflict, a 500, or
 /// a 504 (the apiserver's answer to a request that timed out), chosen by a seeded xorshift generator so a
-/// failing drill can be replayed.
+/// failing drill can be replayed. Half the 504s come *after* the request took effect, as a timeout does
+/// when the apiserver committed the write but the answer was lost: the client must not count on a
+/// failed write having changed nothing.
 pub struct Faults {
     state: Mutex<u64>,
     rate_per_mille: u64,
@@ -243,22 +254,44 @@ impl Faults {
         *x
     }
 
-    /// Installs these faults on `slot`.
-    pub fn install(self: &Arc<Self>, slot: &InterceptSlot) {
+    /// Installs these faults on the operator's client of `cluster` (the test's own client stays clean).
+    pub fn install(self: &Arc<Self>, cluster: &Cluster) {
         let faults = Arc::clone(self);
-        slot.set(move |_, _, _, _| {
+        let lost = Arc::new(Mutex::new(false));
+        let lost_after = Arc::clone(&lost);
+        cluster.intercept.set(move |_, _, _, _| {
             let roll = faults.next();
             if roll % 1000 >= faults.rate_per_mille {
                 return None;
             }
             faults.injected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Some(match (roll / 1000) % 3 {
+            Some(match (roll / 1000) % 4 {
                 0 => (409, status_body(409, "Conflict", "the object has been modified; please apply your changes to the latest version")),
                 1 => (500, status_body(500, "InternalError", "etcdserver: request timed out")),
-                _ => (504, status_body(504, "Timeout", "the server was unable to return a response in the time allotted")),
+                2 => (504, timeout_body()),
+                _ => {
+                    // Let it through; its answer is lost on the way back.
+                    *lost.lock().unwrap() = true;
+                    return None;
+                }
             })
         });
+        cluster.lost_reply.set(move |_, _, _, _| {
+            std::mem::take(&mut *lost_after.lock().unwrap()).then(|| (504, timeout_body()))
+        });
     }
+
+    pub fn injected(&self) -> u64 {
+        self.injected.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn timeout_body() -> Value {
+    status_body(
+        504,
+        "Timeout",
+        "the server was unable to return a response in the time allotted",
+    )
 }
 
 /// A Kubernetes `Status` body, as the apiserver sends with an error.
@@ -273,6 +306,7 @@ pub fn recording_client(
     log: RequestLog,
     deleting: Deleting,
     intercept: InterceptSlot,
+    lost_reply: InterceptSlot,
     namespaces: Namespaces,
 ) -> Client {
     let service = tower::service_fn(move |req: Request<Body>| {
@@ -280,6 +314,7 @@ pub fn recording_client(
         let log = log.clone();
         let deleting = deleting.clone();
         let intercept = intercept.clone();
+        let lost_reply = lost_reply.clone();
         let namespaces = namespaces.clone();
         async move {
             let (parts, body) = req.into_parts();
@@ -324,6 +359,9 @@ pub fn recording_client(
                 decorate_response(&object_path, &mut body, &deleting);
                 (status, body)
             };
+            let (status, body) = lost_reply
+                .answer(&method, &path, &query, &json_body)
+                .unwrap_or((status, body));
             log.0.lock().unwrap().push(Recorded {
                 method,
                 path,
@@ -452,6 +490,8 @@ pub struct Cluster {
     pub log: RequestLog,
     /// Answers chosen requests instead of the in-memory API (conflicts, faults, access reviews).
     pub intercept: InterceptSlot,
+    /// Replaces the answer to a request the in-memory API has already carried out (a lost reply).
+    pub lost_reply: InterceptSlot,
     pub namespaces: Namespaces,
     pub ctx: Arc<Context>,
     pub clock: Clock,
@@ -483,18 +523,21 @@ impl Cluster {
         let log = RequestLog::default();
         let deleting = Deleting::default();
         let intercept = InterceptSlot::default();
+        let lost_reply = InterceptSlot::default();
         let namespaces = Namespaces::default();
         let client = recording_client(
             fake.clone(),
             log.clone(),
             deleting.clone(),
             intercept.clone(),
+            lost_reply.clone(),
             namespaces.clone(),
         );
         let admin = recording_client(
             fake,
             RequestLog::default(),
             deleting,
+            InterceptSlot::default(),
             InterceptSlot::default(),
             namespaces.clone(),
         );
@@ -519,6 +562,7 @@ impl Cluster {
             admin,
             log,
             intercept,
+            lost_reply,
             namespaces,
             ctx,
             clock,
@@ -621,6 +665,27 @@ impl Cluster {
         self.patch_job_status(name, json!({"active": 0, "failed": 3,
             "conditions": [{"type": "Failed", "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}]}))
             .await;
+    }
+    /// Plays a Job whose pods all failed: the last pod's termination message is `message` (what the
+    /// provisioner writes there), and the Job is marked Failed the way the Job controller words it.
+    pub async fn job_failed_in_pod(&self, name: &str, message: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.admin.clone(), NS);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-x7k2p"), "namespace": NS, "labels": {"batch.kubernetes.io/job-name": name}},
+            "spec": {"containers": [{"name": "provision", "image": "img"}]},
+            "status": {"containerStatuses": [{"name": "provision", "image": "img", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 1, "message": message}}}]}
+        }))
+        .unwrap();
+        pods.create(&Default::default(), &pod)
+            .await
+            .expect("create pod");
+        self.job_failed(
+            name,
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+        )
+        .await;
     }
     async fn patch_job_status(&self, name: &str, status: Value) {
         let mut current = self.jobs().get(name).await.expect("job exists");
@@ -777,7 +842,10 @@ pub mod clickhouse_seam {
     struct State {
         statements: Vec<String>,
         users: HashMap<String, String>,
+        locked: HashMap<String, bool>,
         fail_with: Option<ChError>,
+        /// Queries still answered before `fail_with` takes effect.
+        fail_in: usize,
     }
 
     #[derive(Clone)]
@@ -816,12 +884,51 @@ pub mod clickhouse_seam {
         pub fn user_hash(&self, user: &str) -> Option<String> {
             self.state.lock().unwrap().users.get(user).cloned()
         }
+        /// Every user and its password hash.
+        pub fn users(&self) -> HashMap<String, String> {
+            self.state.lock().unwrap().users.clone()
+        }
+        /// Whether `user`'s logins are locked (`HOST NONE`), as the last statement about it left them.
+        pub fn is_locked(&self, user: &str) -> Option<bool> {
+            self.state.lock().unwrap().locked.get(user).copied()
+        }
+        /// Statements that changed an existing user's password.
+        pub fn password_changes(&self) -> usize {
+            self.state
+                .lock()
+                .unwrap()
+                .statements
+                .iter()
+                .filter(|s| s.starts_with("ALTER USER ") && s.contains(" BY "))
+                .count()
+        }
         /// Every later query fails with `error` until `recover`.
         pub fn fail(&self, error: ChError) {
-            self.state.lock().unwrap().fail_with = Some(error);
+            self.fail_after(0, error);
+        }
+        /// Answers `queries` more queries, then fails every later one with `error` until `recover`: a
+        /// server that goes away, or starts refusing the admin, in the middle of a run.
+        pub fn fail_after(&self, queries: usize, error: ChError) {
+            let mut st = self.state.lock().unwrap();
+            st.fail_with = Some(error);
+            st.fail_in = queries;
         }
         pub fn recover(&self) {
             self.state.lock().unwrap().fail_with = None;
+        }
+    }
+
+    impl State {
+        /// The injected failure, once its countdown has run out.
+        fn failure(&mut self) -> Result<(), ChError> {
+            let Some(error) = self.fail_with.clone() else {
+                return Ok(());
+            };
+            if self.fail_in == 0 {
+                return Err(error);
+            }
+            self.fail_in -= 1;
+            Ok(())
         }
     }
 
@@ -835,9 +942,7 @@ pub mod clickhouse_seam {
     impl ClickHouse for RecordingClickHouse {
         async fn query(&self, sql: &str) -> Result<String, ChError> {
             let mut st = self.state.lock().unwrap();
-            if let Some(e) = st.fail_with.clone() {
-                return Err(e);
-            }
+            st.failure()?;
             st.statements.push(sql.to_owned());
             if sql == "SELECT version()" {
                 return Ok(format!("{}\n", self.version));
@@ -846,18 +951,27 @@ pub mod clickhouse_seam {
                 let user = quoted_after(sql, "name = ").unwrap_or_default();
                 return Ok(format!("{}\n", u8::from(st.users.contains_key(user))));
             }
+            let host_locked = sql.contains(" HOST NONE");
             if sql.starts_with("CREATE USER IF NOT EXISTS ") {
                 let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
                     .unwrap_or_default()
                     .to_owned();
                 let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
-                st.users.entry(user).or_insert(hash);
-            } else if sql.starts_with("ALTER USER ") && sql.contains(" BY ") {
+                if !st.users.contains_key(&user) {
+                    st.locked.insert(user.clone(), host_locked);
+                    st.users.insert(user, hash);
+                }
+            } else if sql.starts_with("ALTER USER ") {
                 let user = quoted_after(sql, "ALTER USER ")
                     .unwrap_or_default()
                     .to_owned();
-                let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
-                st.users.insert(user, hash);
+                if sql.contains(" BY ") {
+                    let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
+                    st.users.insert(user.clone(), hash);
+                }
+                if sql.contains(" HOST ") {
+                    st.locked.insert(user, host_locked);
+                }
             }
             Ok(String::new())
         }
@@ -868,7 +982,11 @@ pub mod clickhouse_seam {
             password: &str,
             _sql: &str,
         ) -> Result<String, ChError> {
-            let st = self.state.lock().unwrap();
+            let mut st = self.state.lock().unwrap();
+            // A refused admin does not stop the tenant's own login; a server that is gone does.
+            if matches!(st.fail_with, Some(ChError::Unreachable(_))) {
+                st.failure()?;
+            }
             match st.users.get(user) {
                 Some(hash) if *hash == sha256_hex(password) => Ok(format!("{user}\n")),
                 _ => Err(ChError::Server {

@@ -1,18 +1,19 @@
-//! Fault drills: the reconcilers and the provisioner under an operator that restarts after every step.
-//! Each drill prints its figures in one summary line and fails on any duplicate Job or RunJob. (The
-//! API-fault drill of the benchmarks issue is still to come; `sentry_tenants_tests::Faults` is its
-//! injector.)
+//! Fault drills: the reconcilers, the provisioner and the dashboard's actions under injected API faults
+//! and an operator that restarts after every step. Each drill prints its figures in one summary line
+//! and fails on any duplicate Job or RunJob, any tenant wrongly Active, any rotated credential.
 
 use std::collections::BTreeMap;
 
 use http::Method;
 use kube::ResourceExt;
 use kube::api::ListParams;
-use sentry_tenants::crd::{RunAction, RunPhase, TenantPhase};
+use sentry_tenants::crd::{RunAction, RunPhase, Tenant, TenantPhase};
 use sentry_tenants::names::TenantName;
+use sentry_tenants::provision::{ChError, sha256_hex};
 use sentry_tenants::provision::{Provisioner, TenantSync};
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
-use sentry_tenants_tests::{Cluster, NS};
+use sentry_tenants_tests::fleet::{Fleet, clickhouse_user, tenant_names};
+use sentry_tenants_tests::{Cluster, Faults, NS};
 
 /// Plays the Job controller and the provisioner's pods: every unfinished Job runs the provisioner (through
 /// the faulty client) and succeeds or fails with it.
@@ -111,4 +112,235 @@ async fn an_operator_restarted_after_every_step_completes_a_run_exactly_once() {
         0,
         "no RunJob made by the operator for a provision"
     );
+}
+
+/// Tenants in the API-fault drill (`SENTRY_TENANTS_DRILL_TENANTS` overrides, e.g. for a quick local run).
+fn drill_tenants() -> usize {
+    std::env::var("SENTRY_TENANTS_DRILL_TENANTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// Seed of the API-fault drill (`SENTRY_TENANTS_DRILL_SEED` replays a failing one).
+fn drill_seed() -> u64 {
+    std::env::var("SENTRY_TENANTS_DRILL_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0x5eed_2026)
+}
+
+/// Rounds the fleet may take to settle after a batch of clicks before the drill calls it a livelock.
+const MAX_ROUNDS: usize = 40;
+/// Times the drill's user clicks a button again after the dashboard reported an error or the tenant
+/// did not get where the click should take it.
+const MAX_USER_RETRIES: usize = 10;
+
+/// Clicks `action` on every tenant in `names` until each is where `done` says it should be, letting the
+/// fleet settle between batches, as a user with a list of tenants and a flaky cluster would. Returns the
+/// clicks made, checking after every round that no tenant is wrongly Active.
+async fn click_until(
+    fleet: &Fleet,
+    names: &[String],
+    action: &str,
+    done: impl Fn(&Tenant) -> bool,
+    wrongly_active: &mut usize,
+) -> usize {
+    let mut clicks = 0;
+    let mut pending: Vec<String> = names.to_vec();
+    for _ in 0..MAX_USER_RETRIES {
+        for name in &pending {
+            clicks += 1;
+            fleet.click(name, action).await;
+        }
+        for _ in 0..MAX_ROUNDS {
+            let round = fleet.round().await;
+            let wrong = fleet.wrongly_active().await;
+            if !wrong.is_empty() {
+                eprintln!("wrongly Active after a {action} round: {wrong:?}");
+            }
+            *wrongly_active += wrong.len();
+            if round.writes == 0 && round.errors == 0 && round.jobs_run == 0 {
+                break;
+            }
+        }
+        let tenants: BTreeMap<String, Tenant> = fleet
+            .tenants()
+            .await
+            .into_iter()
+            .map(|t| (t.name_any(), t))
+            .collect();
+        pending.retain(|n| !done(&tenants[n]));
+        if pending.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        pending.is_empty(),
+        "{action}: {} tenants never got there after {MAX_USER_RETRIES} clicks each: {:?}",
+        pending.len(),
+        &pending[..pending.len().min(10)]
+    );
+    clicks
+}
+
+#[tokio::test]
+async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplicates() {
+    let n = drill_tenants();
+    let seed = drill_seed();
+    let fleet = Fleet::new().await;
+    let names = tenant_names(n);
+    fleet.create_tenants(&names).await;
+    let faults = Faults::new(seed, 100);
+    faults.install(&fleet.cluster);
+    let mut wrongly_active = 0;
+
+    let active = |t: &Tenant| t.phase() == Some(TenantPhase::Active);
+    let mut clicks = click_until(&fleet, &names, "provision", active, &mut wrongly_active).await;
+    let passwords = fleet.stored_passwords().await;
+    assert_eq!(passwords.len(), n, "one credentials Secret per tenant");
+
+    let half: Vec<String> = names.iter().step_by(2).cloned().collect();
+    let locked = |t: &Tenant| t.spec.suspended && t.access_locked();
+    clicks += click_until(&fleet, &half, "suspend", locked, &mut wrongly_active).await;
+    let unlocked = |t: &Tenant| !t.spec.suspended && !t.access_locked() && active(t);
+    clicks += click_until(&fleet, &half, "resume", unlocked, &mut wrongly_active).await;
+    let rounds_to_quiet = fleet.converge(MAX_ROUNDS).await;
+
+    let rotated = passwords_changed(&passwords, &fleet.stored_passwords().await)
+        + fleet.clickhouse.password_changes();
+    let duplicate_jobs = fleet.duplicate_jobs();
+    let duplicate_runs = fleet.duplicate_runjobs().await;
+    let lock_mismatches = fleet.lock_mismatches().await;
+    let live_runs = fleet.live_runs().await;
+    println!(
+        "api-fault drill: seed={seed} tenants={n} requests={} faults_injected={} clicks={clicks} \
+         runs={} duplicate_jobs={duplicate_jobs} duplicate_runjobs={duplicate_runs} \
+         wrongly_active={wrongly_active} rotated={rotated} lock_mismatches={} runs_left={}",
+        fleet.cluster.log.len(),
+        faults.injected(),
+        fleet.runs_finished().await,
+        lock_mismatches.len(),
+        live_runs.len(),
+    );
+    assert!(faults.injected() > 0, "the drill injected no faults");
+    assert_eq!(duplicate_jobs, 0, "a Job was created twice");
+    assert_eq!(duplicate_runs, 0, "a run was created or succeeded twice");
+    assert_eq!(
+        wrongly_active, 0,
+        "a tenant was Active without working, unlocked credentials"
+    );
+    assert_eq!(rotated, 0, "credentials changed");
+    assert!(
+        lock_mismatches.is_empty(),
+        "ClickHouse lock disagrees with spec: {lock_mismatches:?}"
+    );
+    assert!(
+        rounds_to_quiet.is_ok(),
+        "no quiet round at the end: {rounds_to_quiet:?}"
+    );
+    assert!(
+        live_runs.is_empty(),
+        "finished runs not cleaned up: {live_runs:?}"
+    );
+}
+
+/// Tenants whose stored password is not the one first stored.
+fn passwords_changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> usize {
+    before
+        .iter()
+        .filter(|(t, p)| after.get(*t) != Some(p))
+        .count()
+}
+
+/// The tenant's last finished Provision run, from its history: (phase, message).
+fn last_provision(t: &Tenant) -> Option<(RunPhase, String)> {
+    t.history()
+        .iter()
+        .filter(|h| h.action == RunAction::Provision)
+        .max_by_key(|h| h.finished_at.0)
+        .map(|h| (h.phase, h.message.clone()))
+}
+
+#[tokio::test]
+async fn clickhouse_lost_mid_provision_fails_classified_and_a_retry_keeps_the_credentials() {
+    let fleet = Fleet::new().await;
+    // How many ClickHouse queries a clean provision makes: the failure is injected before each of them.
+    fleet.create_tenants(&["probe".into()]).await;
+    fleet.click("probe", "provision").await;
+    fleet.converge(MAX_ROUNDS).await.unwrap();
+    let queries = fleet.clickhouse.statements().len() + 1; // + the tenant's own login check
+    let kinds = [
+        (
+            ChError::Unreachable("connection refused".into()),
+            "ClickHouse at http://clickhouse:8123 is unreachable: connection refused (check --clickhouse-url and that the server is running)",
+        ),
+        (
+            ChError::Server {
+                status: 401,
+                code: Some(516),
+                message: "Code: 516. admin: Authentication failed".into(),
+            },
+            "ClickHouse rejected the admin credentials (Code: 516. admin: Authentication failed): check the username and password in the admin Secret",
+        ),
+    ];
+    let (mut cases, mut failed_as_classified, mut recovered, mut rotated) = (0, 0, 0, 0);
+    for (kind, (error, classified)) in kinds.iter().enumerate() {
+        for after in 0..queries {
+            let name = format!("t-{kind}-{after}");
+            fleet.create_tenants(std::slice::from_ref(&name)).await;
+            fleet.clickhouse.fail_after(after, error.clone());
+            assert!(fleet.click(&name, "provision").await);
+            fleet.converge(MAX_ROUNDS).await.unwrap();
+            let t = fleet.cluster.tenant(&name).await;
+            if after == queries - 1 && matches!(error, ChError::Server { .. }) {
+                // The admin's last query is done before the tenant's login check: nothing left to fail.
+                assert_eq!(t.phase(), Some(TenantPhase::Active));
+                fleet.clickhouse.recover();
+                continue;
+            }
+            cases += 1;
+            assert_eq!(
+                last_provision(&t),
+                Some((RunPhase::Failed, classified.to_string())),
+                "{name}: the run ends Failed with the classified message"
+            );
+            assert_eq!(t.phase(), Some(TenantPhase::Failed), "{name}: not Active");
+            failed_as_classified += 1;
+            let stored = fleet.stored_passwords().await.get(&name).cloned();
+
+            fleet.clickhouse.recover();
+            assert!(fleet.click(&name, "provision").await);
+            fleet.converge(MAX_ROUNDS).await.unwrap();
+            let t = fleet.cluster.tenant(&name).await;
+            assert_eq!(
+                t.phase(),
+                Some(TenantPhase::Active),
+                "{name}: retry succeeds"
+            );
+            assert_eq!(
+                last_provision(&t).map(|(p, _)| p),
+                Some(RunPhase::Succeeded)
+            );
+            recovered += 1;
+            let password = fleet.stored_passwords().await[&name].clone();
+            if stored.is_some_and(|s| s != password) {
+                rotated += 1;
+            }
+            assert_eq!(
+                fleet.clickhouse.user_hash(&clickhouse_user(&name)),
+                Some(sha256_hex(&password)),
+                "{name}: the Secret's password logs in"
+            );
+        }
+    }
+    println!(
+        "clickhouse drill: cases={cases} failed_classified={failed_as_classified} recovered={recovered} rotated={rotated} duplicate_jobs={}",
+        fleet.duplicate_jobs()
+    );
+    assert_eq!(
+        rotated, 0,
+        "a retry changed the credentials stored by the failed run"
+    );
+    assert_eq!(fleet.duplicate_jobs(), 0);
 }

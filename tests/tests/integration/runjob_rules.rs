@@ -12,7 +12,6 @@ use kube::api::ObjectMeta;
 use sentry_tenants::controller::runjob;
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, TenantPhase};
 use sentry_tenants_tests::{Cluster, NS, requeue_secs};
-use serde_json::json;
 
 const RUN: &str = "acme-provision-1";
 
@@ -476,27 +475,10 @@ async fn events_mark_created_succeeded_failed_and_cleaned_up() {
 /// the pod's last log lines are kept with the outcome.
 #[tokio::test]
 async fn a_failed_runs_message_is_the_provisioners_termination_message() {
-    use k8s_openapi::api::core::v1::Pod;
     let c = cluster_with_run().await;
     c.settle().await;
     let classified = "ClickHouse at http://clickhouse:8123 is unreachable: connection refused";
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": format!("{RUN}-x7k2p"), "namespace": NS, "labels": {"batch.kubernetes.io/job-name": RUN}},
-        "spec": {"containers": [{"name": "provision", "image": "img"}]},
-        "status": {"containerStatuses": [{"name": "provision", "image": "img", "imageID": "", "ready": false, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 1, "message": classified}}}]}
-    }))
-    .unwrap();
-    kube::Api::<Pod>::namespaced(c.admin.clone(), NS)
-        .create(&Default::default(), &pod)
-        .await
-        .unwrap();
-    c.job_failed(
-        RUN,
-        "BackoffLimitExceeded",
-        "Job has reached the specified backoff limit",
-    )
-    .await;
+    c.job_failed_in_pod(RUN, classified).await;
     c.settle().await;
     let status = c.run(RUN).await.unwrap().status.unwrap();
     assert_eq!(status.message.as_deref(), Some(classified));

@@ -1,0 +1,311 @@
+//! Many tenants at once, for the fault drills and the benchmarks: both reconcilers driven round by round
+//! over the shared caches (as the controllers do, one pass per object per round), the Job controller
+//! played by running the provisioner for each pending Job (retried up to the Job's backoffLimit, as its
+//! pods would be), the user played by posting to the dashboard's action routes, and the clock moved past
+//! every cleanup deadline between rounds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::body::Body;
+use http::{Method, Request, StatusCode, header};
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use sentry_tenants::controller::{runjob, tenant};
+use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, RunAction, RunJob, Tenant, TenantPhase};
+use sentry_tenants::names::TenantName;
+use sentry_tenants::provision::{PASSWORD_KEY, Provisioner, TenantSync, sha256_hex};
+use sentry_tenants::web::actions::{self, Actions};
+use tower::ServiceExt;
+
+use crate::clickhouse_seam::RecordingClickHouse;
+use crate::{Cluster, NS, Recorded};
+
+/// What one round did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Round {
+    pub reconciles: usize,
+    /// Reconciles that returned an error (the controller would retry them with backoff).
+    pub errors: usize,
+    /// Writes by the operator's client, Events not counted.
+    pub writes: usize,
+    /// Pending Jobs whose pods ran this round.
+    pub jobs_run: usize,
+}
+
+impl Round {
+    fn quiet(&self) -> bool {
+        self.writes == 0 && self.errors == 0 && self.jobs_run == 0
+    }
+}
+
+pub struct Fleet {
+    pub cluster: Cluster,
+    pub clickhouse: RecordingClickHouse,
+    actions: axum::Router,
+}
+
+/// `count` tenant names that sort in creation order: `t-00000`, `t-00001`, ….
+pub fn tenant_names(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("t-{i:05}")).collect()
+}
+
+/// A ClickHouse user name for a tenant, as the provisioner derives it.
+pub fn clickhouse_user(tenant: &str) -> String {
+    format!("tenant_{}_user", tenant.replace('-', "_"))
+}
+
+impl Fleet {
+    pub async fn new() -> Self {
+        let cluster = Cluster::new().await;
+        let actions = actions::router(Arc::new(Actions {
+            client: cluster.client.clone(),
+            stores: cluster.ctx.stores.clone(),
+            namespace: NS.into(),
+        }));
+        Self {
+            cluster,
+            clickhouse: RecordingClickHouse::new("24.8.4.13"),
+            actions,
+        }
+    }
+
+    pub async fn create_tenants(&self, names: &[String]) {
+        for name in names {
+            self.cluster.create_tenant(name).await;
+        }
+    }
+
+    /// The user clicks `action` ("provision", "suspend", "resume") for `tenant` in the dashboard.
+    /// Returns whether the dashboard reported success.
+    pub async fn click(&self, tenant: &str, action: &str) -> bool {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("/tenants/{tenant}/{action}"))
+            .header(header::HOST, "127.0.0.1:8080")
+            .header(header::ORIGIN, "http://127.0.0.1:8080")
+            .header(header::ACCEPT, "application/json")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::empty())
+            .unwrap();
+        let reply = self.actions.clone().oneshot(request).await.unwrap();
+        reply.status() == StatusCode::OK
+    }
+
+    /// One round: refill the caches, reconcile every RunJob, refill, reconcile every Tenant, run the
+    /// pending Jobs, and move the clock past every cleanup deadline.
+    pub async fn round(&self) -> Round {
+        let c = &self.cluster;
+        let writes_before = c.log.count(is_counted_write);
+        let mut round = Round::default();
+        c.sync_stores().await;
+        for run in c.ctx.stores.runjobs.state() {
+            round.reconciles += 1;
+            round.errors += usize::from(runjob::reconcile(run, c.ctx.clone()).await.is_err());
+        }
+        c.sync_stores().await;
+        for t in c.ctx.stores.tenants.state() {
+            round.reconciles += 1;
+            round.errors += usize::from(tenant::reconcile(t, c.ctx.clone()).await.is_err());
+        }
+        round.jobs_run = self.run_pending_jobs().await;
+        c.clock.advance(SignedDuration::from_secs(
+            i64::from(DEFAULT_TTL_SECONDS) + 1,
+        ));
+        round.writes = c.log.count(is_counted_write) - writes_before;
+        round
+    }
+
+    /// Rounds until one writes nothing, fails nothing and runs no Job. Returns the rounds taken, or
+    /// `Err` with the last round when there is no fixpoint within `max_rounds`.
+    pub async fn converge(&self, max_rounds: usize) -> Result<usize, Round> {
+        let mut last = Round::default();
+        for n in 1..=max_rounds {
+            last = self.round().await;
+            if last.quiet() {
+                return Ok(n);
+            }
+        }
+        Err(last)
+    }
+
+    /// Plays the Job controller and the Jobs' pods: each Job with no outcome yet runs the provisioner
+    /// (through the operator-side client, faults and all) up to `backoffLimit + 1` times, then is
+    /// marked Complete or Failed with the last error.
+    pub async fn run_pending_jobs(&self) -> usize {
+        let c = &self.cluster;
+        let jobs = c.jobs().list(&ListParams::default()).await.unwrap().items;
+        let mut ran = 0;
+        for job in jobs {
+            let finished = job
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| !c.is_empty());
+            if finished {
+                continue;
+            }
+            let name = job.name_any();
+            let Some(run) = c.run(&name).await else {
+                continue;
+            };
+            ran += 1;
+            let tries = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(0) + 1;
+            let mut outcome = Err(String::new());
+            for _ in 0..tries {
+                outcome = self.provision(&run).await;
+                if outcome.is_ok() {
+                    break;
+                }
+            }
+            match outcome {
+                Ok(()) => c.job_succeeded(&name).await,
+                Err(message) => c.job_failed_in_pod(&name, &message).await,
+            }
+        }
+        ran
+    }
+
+    async fn provision(&self, run: &RunJob) -> Result<(), String> {
+        let provisioner = Provisioner {
+            clickhouse: self.clickhouse.clone(),
+            clickhouse_url: "http://clickhouse:8123".into(),
+            sync: TenantSync::new(self.cluster.client.clone(), NS, "/var/lib/sentry/tantivy"),
+            rotate: false,
+        };
+        let tenant = TenantName::parse(&run.spec.tenant).map_err(|e| e.to_string())?;
+        provisioner
+            .run(&tenant, run.spec.action)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    pub async fn tenants(&self) -> Vec<Tenant> {
+        self.cluster
+            .tenants()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Password of each tenant's credentials Secret, by tenant.
+    pub async fn stored_passwords(&self) -> BTreeMap<String, String> {
+        let secrets: Api<Secret> = Api::namespaced(self.cluster.admin.clone(), NS);
+        let mut out = BTreeMap::new();
+        for s in secrets.list(&ListParams::default()).await.unwrap().items {
+            let tenant = s.labels().get("sentry.io/tenant").cloned();
+            let password = s
+                .data
+                .as_ref()
+                .and_then(|d| d.get(PASSWORD_KEY))
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+            if let (Some(tenant), Some(password)) = (tenant, password) {
+                out.insert(tenant, password);
+            }
+        }
+        out
+    }
+
+    /// Tenants whose status says Active while they are not, each with the reason: no ClickHouse user
+    /// whose password is the one in their Secret, or suspended in the very generation the status was
+    /// computed for. (A status a generation behind a Suspend click is late, not wrong: the reconciler has
+    /// not seen the click yet.)
+    pub async fn wrongly_active(&self) -> Vec<String> {
+        let passwords = self.stored_passwords().await;
+        let users = self.clickhouse.users();
+        let mut wrong = Vec::new();
+        for t in self.tenants().await {
+            if t.phase() != Some(TenantPhase::Active) {
+                continue;
+            }
+            let name = t.name_any();
+            let login_works = match (passwords.get(&name), users.get(&clickhouse_user(&name))) {
+                (Some(password), Some(hash)) => sha256_hex(password) == *hash,
+                _ => false,
+            };
+            let observed = t.status.as_ref().and_then(|s| s.observed_generation);
+            if !login_works {
+                wrong.push(format!("{name}: no working ClickHouse login"));
+            } else if t.spec.suspended && observed == t.metadata.generation {
+                wrong.push(format!("{name}: suspended"));
+            }
+        }
+        wrong
+    }
+
+    /// Jobs created more than once under one name (a Job's name is its RunJob's).
+    pub fn duplicate_jobs(&self) -> usize {
+        duplicates(&self.cluster.log.all(), "jobs")
+    }
+
+    /// Runs that should not exist: a second successful run of one action for one tenant generation
+    /// (Suspend/Resume), or a second RunJob created under one name.
+    pub async fn duplicate_runjobs(&self) -> usize {
+        let mut succeeded: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for t in self.tenants().await {
+            for h in t.history() {
+                if h.phase == sentry_tenants::crd::RunPhase::Succeeded
+                    && matches!(h.action, RunAction::Suspend | RunAction::Resume)
+                {
+                    // Serial = generation × 10 + attempt: the generation is all but the last digit.
+                    let serial = h.name.rsplit('-').next().unwrap_or_default();
+                    let generation = &serial[..serial.len().saturating_sub(1)];
+                    *succeeded
+                        .entry((t.name_any(), format!("{:?}-{generation}", h.action)))
+                        .or_default() += 1;
+                }
+            }
+        }
+        let extra_successes: usize = succeeded.values().map(|n| n - 1).sum();
+        extra_successes + duplicates(&self.cluster.log.all(), "runjobs")
+    }
+
+    /// Runs finished and recorded in the tenants' histories.
+    pub async fn runs_finished(&self) -> usize {
+        self.tenants().await.iter().map(|t| t.history().len()).sum()
+    }
+
+    /// RunJobs that still exist (after convergence every run has been cleaned up).
+    pub async fn live_runs(&self) -> Vec<String> {
+        self.cluster
+            .runjobs()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|r| r.name_any())
+            .collect()
+    }
+
+    /// Tenants whose ClickHouse login lock disagrees with `spec.suspended`.
+    pub async fn lock_mismatches(&self) -> Vec<String> {
+        self.tenants()
+            .await
+            .into_iter()
+            .filter(|t| {
+                self.clickhouse.is_locked(&clickhouse_user(&t.name_any())) != Some(t.spec.suspended)
+            })
+            .map(|t| t.name_any())
+            .collect()
+    }
+}
+
+/// Writes the operator made, Events not counted (advisory, deduplicated by the recorder).
+pub fn is_counted_write(r: &Recorded) -> bool {
+    r.is_write() && !r.is_event()
+}
+
+/// Names created more than once (successful POSTs) for `resource`.
+fn duplicates(log: &[Recorded], resource: &str) -> usize {
+    let mut seen = BTreeSet::new();
+    log.iter()
+        .filter(|r| r.method == Method::POST && r.resource() == resource && r.status < 300)
+        .filter_map(|r| r.body["metadata"]["name"].as_str())
+        .filter(|name| !seen.insert(name.to_owned()))
+        .count()
+}
