@@ -2,6 +2,9 @@
 
 use clap::Args;
 
+use crate::install::ValueError;
+use crate::install::bundle::{is_dns_label, is_dns_subdomain, is_http_url, is_image_reference};
+
 /// What the operator needs to know to build provisioning Jobs. The ClickHouse admin credentials are
 /// not here: only the *name* of their Secret, which the Job reads through `secretKeyRef`s.
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
@@ -47,6 +50,32 @@ pub struct OperatorConfig {
 }
 
 impl OperatorConfig {
+    /// Checks every setting before the process connects anywhere: a typo is one clear line at start,
+    /// not a Job that fails later. Same rules and messages as `install`'s flags.
+    pub fn validate(&self) -> Result<(), ValueError> {
+        if !is_dns_label(&self.namespace) {
+            return Err(ValueError::Namespace(self.namespace.clone()));
+        }
+        if !is_image_reference(&self.image) {
+            return Err(ValueError::Image(self.image.clone()));
+        }
+        if !is_dns_subdomain(&self.provisioner_service_account) {
+            return Err(ValueError::ServiceAccount(
+                self.provisioner_service_account.clone(),
+            ));
+        }
+        if !is_http_url(&self.clickhouse_url) {
+            return Err(ValueError::ClickHouseUrl(self.clickhouse_url.clone()));
+        }
+        if !is_dns_subdomain(&self.clickhouse_admin_secret) {
+            return Err(ValueError::Secret(self.clickhouse_admin_secret.clone()));
+        }
+        if !is_absolute_path(&self.tantivy_root) {
+            return Err(ValueError::TantivyRoot(self.tantivy_root.clone()));
+        }
+        Ok(())
+    }
+
     /// Defaults, as `run` would see them with no flags or environment.
     pub fn for_namespace(namespace: &str) -> Self {
         Self {
@@ -58,4 +87,10 @@ impl OperatorConfig {
             tantivy_root: "/var/lib/sentry/tantivy".to_owned(),
         }
     }
+}
+
+fn is_absolute_path(s: &str) -> bool {
+    s.starts_with('/')
+        && s.chars()
+            .all(|c| c.is_ascii_graphic() && !"\"'`\\".contains(c))
 }

@@ -35,7 +35,7 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// Lease duration; the leader renews every third of it.
-    #[arg(long, default_value = "15", value_name = "SECONDS")]
+    #[arg(long, default_value = "15", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(3..=300))]
     pub lease_seconds: u64,
     /// Address of the dashboard. Loopback by default: `sentry-tenants dashboard` (a port-forward)
     /// reaches it, other pods cannot.
@@ -51,6 +51,7 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    args.config.validate()?;
     let client = crate::cluster::connect().await?;
     ensure_crds_installed(&client, &args.config.namespace).await?;
 
@@ -71,7 +72,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let election = LeaderElection::new(
         Api::<Lease>::namespaced(client.clone(), &args.config.namespace),
         identity.clone(),
-        Duration::from_secs(args.lease_seconds.max(3)),
+        Duration::from_secs(args.lease_seconds),
         Clock::System,
     );
     let election = tokio::spawn(election.run(leader_tx, shutdown_rx.clone()));

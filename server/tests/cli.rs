@@ -256,3 +256,207 @@ fn deleting_crds_needs_a_confirmation() {
         "{stderr}"
     );
 }
+
+/// A kubeconfig naming a local port that counts the connections made to it: a malformed flag must be
+/// refused before the binary contacts anything.
+struct CountingCluster {
+    kubeconfig: std::path::PathBuf,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingCluster {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&connections);
+        std::thread::spawn(move || {
+            // Counted, then dropped: the client sees a closed connection.
+            for _ in listener.incoming() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let kubeconfig = std::env::temp_dir().join(format!(
+            "sentry-tenants-counting-{}.yaml",
+            std::process::id()
+        ));
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+            ),
+        )
+        .unwrap();
+        Self {
+            kubeconfig,
+            connections,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Malformed input sweep, CLI part: every bad flag gets its exact one-line error (clap's usage error,
+/// exit 2, for a value of the wrong type or range; ours, exit 1, for a value of the right type that
+/// breaks a rule), and the binary never connects to the cluster.
+#[test]
+fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
+    let cluster = CountingCluster::start();
+    let table: &[(&[&str], i32, &str)] = &[
+        (
+            &["install", "--namespace", "Bad_NS"],
+            1,
+            "error: --namespace \"Bad_NS\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)",
+        ),
+        (
+            &["install", "--image", "img:1 ; rm"],
+            1,
+            "error: --image \"img:1 ; rm\" is not a valid image reference (e.g. registry.example.com/team/sentry-tenants:v1.2.3)",
+        ),
+        (
+            &["install", "--replicas", "0"],
+            2,
+            "error: invalid value '0' for '--replicas <REPLICAS>': 0 is not in 1..=10",
+        ),
+        (
+            &["install", "--replicas", "many"],
+            2,
+            "error: invalid value 'many' for '--replicas <REPLICAS>': invalid digit found in string",
+        ),
+        (
+            &["install", "--clickhouse-url", "ftp://x"],
+            1,
+            "error: --clickhouse-url \"ftp://x\" must be an http:// or https:// URL without spaces or quotes",
+        ),
+        (
+            &["install", "--clickhouse-admin-secret", "Bad_Secret"],
+            1,
+            "error: --clickhouse-admin-secret \"Bad_Secret\" is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)",
+        ),
+        (
+            &["install", "--timeout", "forever"],
+            2,
+            "error: invalid value 'forever' for '--timeout <TIMEOUT>': invalid duration \"forever\": use e.g. 90s, 5m or 1h",
+        ),
+        (
+            &["install", "-o", "json"],
+            2,
+            "error: invalid value 'json' for '--output <OUTPUT>'",
+        ),
+        (
+            &["run", "--namespace", "Bad_NS"],
+            1,
+            "error: --namespace \"Bad_NS\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)",
+        ),
+        (
+            &["run", "--image", "a b"],
+            1,
+            "error: --image \"a b\" is not a valid image reference (e.g. registry.example.com/team/sentry-tenants:v1.2.3)",
+        ),
+        (
+            &["run", "--provisioner-service-account", "Bad SA"],
+            1,
+            "error: --provisioner-service-account \"Bad SA\" is not a valid ServiceAccount name (lowercase letters, digits, '-' and '.', at most 253 characters)",
+        ),
+        (
+            &["run", "--clickhouse-url", "clickhouse:8123"],
+            1,
+            "error: --clickhouse-url \"clickhouse:8123\" must be an http:// or https:// URL without spaces or quotes",
+        ),
+        (
+            &["run", "--tantivy-root", "relative/path"],
+            1,
+            "error: --tantivy-root \"relative/path\" must be an absolute path without spaces or quotes",
+        ),
+        (
+            &["run", "--lease-seconds", "0"],
+            2,
+            "error: invalid value '0' for '--lease-seconds <SECONDS>': 0 is not in 3..=300",
+        ),
+        (
+            &["run", "--dashboard-addr", "nowhere"],
+            2,
+            "error: invalid value 'nowhere' for '--dashboard-addr <DASHBOARD_ADDR>': invalid socket address syntax",
+        ),
+        (
+            &["run", "--read-only-dashboard", "maybe"],
+            2,
+            "error: invalid value 'maybe' for '--read-only-dashboard [<READ_ONLY_DASHBOARD>]'",
+        ),
+        (
+            &["provision-tenant", ""],
+            1,
+            "error: tenant name must not be empty",
+        ),
+        (
+            &["provision-tenant", "Acme_Corp"],
+            1,
+            "error: tenant name \"Acme_Corp\" is invalid: use lowercase letters, digits and '-', start with a letter and end with a letter or digit",
+        ),
+        (
+            &["provision-tenant", "acme", "--action", "delete"],
+            2,
+            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume",
+        ),
+        (
+            &["provision-tenant", "acme", "--clickhouse-url", "ftp://x"],
+            1,
+            "error: --clickhouse-url \"ftp://x\" must be an http:// or https:// URL without spaces or quotes",
+        ),
+        (
+            &["provision-tenant", "acme", "--namespace", "ns.with.dots"],
+            1,
+            "error: --namespace \"ns.with.dots\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)",
+        ),
+        (
+            &["uninstall", "--delete-crds"],
+            1,
+            "error: This deletes the Tenant and RunJob CRDs and every tenant object in the cluster (ClickHouse data is not touched). Refusing without confirmation: re-run with --yes",
+        ),
+        (
+            &["check", "--bogus"],
+            2,
+            "error: unexpected argument '--bogus' found",
+        ),
+        (&["explode"], 2, "error: unrecognized subcommand 'explode'"),
+    ];
+    let mut wrong = Vec::new();
+    for (args, code, first_line) in table {
+        let before = cluster.connections();
+        let out = bin()
+            .args(*args)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let said = stderr.lines().next().unwrap_or_default();
+        let contacted = cluster.connections() - before;
+        if out.status.code() != Some(*code) || said != *first_line || contacted > 0 {
+            wrong.push(format!(
+                "{args:?}: exit {:?}, {said:?}, {contacted} connections; want exit {code}, {first_line:?}",
+                out.status.code()
+            ));
+        }
+    }
+    // The control: a well-formed command does reach the counting port.
+    let refused = cluster.connections();
+    let _ = bin()
+        .args(["check"])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        cluster.connections() > refused,
+        "the counting cluster saw no connection"
+    );
+    println!(
+        "input sweep (CLI flags): cases={} wrong={} connections={}",
+        table.len(),
+        wrong.len(),
+        refused
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

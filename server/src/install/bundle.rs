@@ -43,9 +43,15 @@ pub enum ValueError {
         "--clickhouse-admin-secret {0:?} is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)"
     )]
     Secret(String),
+    #[error(
+        "--provisioner-service-account {0:?} is not a valid ServiceAccount name (lowercase letters, digits, '-' and '.', at most 253 characters)"
+    )]
+    ServiceAccount(String),
+    #[error("--tantivy-root {0:?} must be an absolute path without spaces or quotes")]
+    TantivyRoot(String),
 }
 
-fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()
@@ -54,13 +60,13 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// `[registry[:port]/]path[:tag][@sha256:digest]` — printable, no spaces or quotes, the shape container
 /// runtimes accept.
-fn is_image_reference(s: &str) -> bool {
+pub(crate) fn is_image_reference(s: &str) -> bool {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "./:_-@".contains(c);
     !s.is_empty()
         && s.len() <= 512
@@ -69,7 +75,7 @@ fn is_image_reference(s: &str) -> bool {
         && !s.ends_with([':', '/', '@'])
 }
 
-fn is_http_url(s: &str) -> bool {
+pub(crate) fn is_http_url(s: &str) -> bool {
     let rest = s
         .strip_prefix("http://")
         .or_else(|| s.strip_prefix("https://"));

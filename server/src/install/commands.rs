@@ -22,7 +22,7 @@ pub struct InstallArgs {
     #[arg(long, default_value = crate::DEFAULT_IMAGE)]
     pub image: String,
     /// Operator replicas; one leads, all serve the dashboard.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=10))]
     pub replicas: u8,
     /// ClickHouse HTTP endpoint the provisioner talks to.
     #[arg(long, default_value = "http://clickhouse:8123")]

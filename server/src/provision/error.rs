@@ -8,6 +8,8 @@ use crate::names::NameError;
 pub enum ProvisionError {
     #[error(transparent)]
     InvalidName(#[from] NameError),
+    #[error(transparent)]
+    InvalidFlag(#[from] crate::install::ValueError),
     #[error(
         "ClickHouse at {url} is unreachable: {detail} (check --clickhouse-url and that the server is running)"
     )]

@@ -327,9 +327,25 @@ pub fn sha256_hex(password: &str) -> String {
         .collect()
 }
 
+impl ProvisionArgs {
+    /// The tenant, once every flag has been checked: nothing is contacted with a malformed one.
+    fn checked_tenant(&self) -> Result<TenantName, ProvisionError> {
+        use crate::install::ValueError;
+        use crate::install::bundle::{is_dns_label, is_http_url};
+        let name = TenantName::parse(&self.tenant)?;
+        if !is_dns_label(&self.namespace) {
+            return Err(ValueError::Namespace(self.namespace.clone()).into());
+        }
+        if !is_http_url(&self.clickhouse_url) {
+            return Err(ValueError::ClickHouseUrl(self.clickhouse_url.clone()).into());
+        }
+        Ok(name)
+    }
+}
+
 /// The statements `--dry-run` prints: the plan for a tenant that is not suspended, password redacted.
 pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
-    let name = TenantName::parse(&args.tenant)?;
+    let name = args.checked_tenant()?;
     let ids = TenantIdents::for_tenant(&name).expect("derived from a validated tenant name");
     Ok(sql::plan(args.action, &ids, "<redacted>", false)
         .iter()
@@ -360,7 +376,7 @@ pub async fn main(args: ProvisionArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
-    let name = TenantName::parse(&args.tenant)?;
+    let name = args.checked_tenant()?;
     let client = kube::Client::try_default()
         .await
         .map_err(|e| ProvisionError::kube("load a Kubernetes configuration", e))?;

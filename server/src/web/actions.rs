@@ -40,7 +40,19 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/suspend", post(suspend))
         .route("/tenants/{name}/resume", post(resume))
         .route_layer(middleware::from_fn(same_origin_only))
+        .fallback(no_such_action)
         .with_state(actions)
+}
+
+async fn no_such_action(uri: axum::http::Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such action: /actions{} (the actions are provision, suspend and resume)",
+            uri.path()
+        ),
+    )
+        .into_response()
 }
 
 /// Refuses cross-site requests: the browser's `Sec-Fetch-Site` must say same-origin, or — for clients

@@ -10,6 +10,7 @@ mod dashboard_http;
 mod e2e_clickhouse;
 mod e2e_cluster;
 mod fault_drills;
+mod input_sweep;
 mod install_bundle;
 mod installer;
 mod leader_election;
