@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use leptos::server_fn::codec::GetUrl;
 
-use crate::model::{Meta, Overview, RunDetail, RunRow, TenantDetail, TenantRow};
+use crate::model::{Meta, Overview, Page, RunDetail, RunRow, TenantDetail, TenantRow};
 
 #[cfg(feature = "ssr")]
 pub use backend::{Backend, BoxFuture};
@@ -71,15 +71,13 @@ pub async fn get_overview() -> Result<(Meta, Overview), ServerFnError> {
 pub async fn get_tenants(
     phase: Option<String>,
     q: Option<String>,
-) -> Result<(Meta, Vec<TenantRow>, usize), ServerFnError> {
+    page: Option<usize>,
+) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
     let b = backend()?;
     let all = b.tenants();
     let total = all.len();
-    Ok((
-        b.meta(),
-        filter_tenants(all, phase.as_deref(), q.as_deref()),
-        total,
-    ))
+    let matched = filter_tenants(all, phase.as_deref(), q.as_deref());
+    Ok((b.meta(), crate::model::paginate(matched, total, page)))
 }
 
 #[server(prefix = "/api", endpoint = "tenant", input = GetUrl)]
@@ -89,9 +87,11 @@ pub async fn get_tenant(name: String) -> Result<(Meta, Option<TenantDetail>), Se
 }
 
 #[server(prefix = "/api", endpoint = "runs", input = GetUrl)]
-pub async fn get_runs() -> Result<(Meta, Vec<RunRow>), ServerFnError> {
+pub async fn get_runs(page: Option<usize>) -> Result<(Meta, Page<RunRow>), ServerFnError> {
     let b = backend()?;
-    Ok((b.meta(), b.runs()))
+    let all = b.runs();
+    let total = all.len();
+    Ok((b.meta(), crate::model::paginate(all, total, page)))
 }
 
 #[server(prefix = "/api", endpoint = "run", input = GetUrl)]

@@ -6,7 +6,8 @@ use leptos_router::hooks::use_query_map;
 
 use crate::forms::PostForm;
 use crate::live::use_live;
-use crate::model::{TenantRow, phase_class};
+use crate::model::{PAGE_SIZE, TenantRow, phase_class};
+use crate::text::percent_encode;
 
 #[component]
 pub fn Layout(children: Children) -> impl IntoView {
@@ -128,5 +129,38 @@ pub fn ConfirmSuspend(read_only: bool, #[prop(into)] back: String) -> impl IntoV
                 </PostForm>
             </div>
         })
+    }
+}
+
+/// "Showing 51–100 of 10,000" with Previous/Next links that keep the page's other query parameters
+/// (plain links: paging works without JavaScript).
+#[component]
+pub fn Pager(
+    page: usize,
+    pages: usize,
+    matched: usize,
+    /// The list's path, e.g. `/tenants`.
+    path: &'static str,
+) -> impl IntoView {
+    let query = use_query_map();
+    let href = move |to: usize| {
+        let mut params: Vec<String> = query
+            .get_untracked()
+            .into_iter()
+            .filter(|(k, _)| k != "page" && k != "notice" && k != "error" && k != "confirm")
+            .map(|(k, v)| format!("{}={}", percent_encode(&k), percent_encode(&v)))
+            .collect();
+        params.push(format!("page={to}"));
+        format!("{path}?{}", params.join("&"))
+    };
+    let first = (page - 1) * PAGE_SIZE + 1;
+    let last = (page * PAGE_SIZE).min(matched);
+    view! {
+        <nav class="pager" aria-label="Pages">
+            <span class="muted">{format!("Showing {first}–{last} of {matched}")}</span>
+            {(page > 1).then(|| view! { <a class="btn" rel="prev" href=href(page - 1)>"← Previous"</a> })}
+            <span>{format!("Page {page} of {pages}")}</span>
+            {(page < pages).then(|| view! { <a class="btn" rel="next" href=href(page + 1)>"Next →"</a> })}
+        </nav>
     }
 }

@@ -11,6 +11,7 @@ pub mod live;
 pub mod model;
 pub mod names;
 pub mod pages;
+pub mod text;
 
 use leptos::prelude::*;
 use leptos_meta::{Link, Meta, Title, provide_meta_context};

@@ -126,6 +126,42 @@ pub struct Meta {
     pub namespace: String,
 }
 
+/// Rows per page of the tenants and runs lists: a page stays small at 10,000 tenants (the whole list
+/// would be megabytes of HTML plus its hydration data).
+pub const PAGE_SIZE: usize = 50;
+
+/// One page of a list, with what the pager needs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Page<T> {
+    pub rows: Vec<T>,
+    /// Rows before any filter.
+    pub total: usize,
+    /// Rows the filter kept, on all pages.
+    pub matched: usize,
+    /// 1-based; a page past the end shows the last one.
+    pub page: usize,
+    pub pages: usize,
+}
+
+/// Cuts `page` (1-based, clamped to the pages there are) out of the filtered `rows`.
+pub fn paginate<T>(rows: Vec<T>, total: usize, page: Option<usize>) -> Page<T> {
+    let matched = rows.len();
+    let pages = matched.div_ceil(PAGE_SIZE).max(1);
+    let page = page.unwrap_or(1).clamp(1, pages);
+    let rows = rows
+        .into_iter()
+        .skip((page - 1) * PAGE_SIZE)
+        .take(PAGE_SIZE)
+        .collect();
+    Page {
+        rows,
+        total,
+        matched,
+        page,
+        pages,
+    }
+}
+
 /// Phases in display order, for filters and the overview.
 pub const TENANT_PHASES: [&str; 5] = ["Active", "Provisioning", "Pending", "Suspended", "Failed"];
 
@@ -185,6 +221,26 @@ pub fn countdown(cleanup_at: Option<&str>, now: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_are_cut_and_clamped() {
+        let rows: Vec<usize> = (0..(2 * PAGE_SIZE + 3)).collect();
+        let p = paginate(rows.clone(), 500, None);
+        assert_eq!(
+            (p.page, p.pages, p.matched, p.total),
+            (1, 3, 2 * PAGE_SIZE + 3, 500)
+        );
+        assert_eq!(p.rows, (0..PAGE_SIZE).collect::<Vec<_>>());
+        let last = paginate(rows.clone(), 500, Some(3));
+        assert_eq!(
+            last.rows,
+            vec![2 * PAGE_SIZE, 2 * PAGE_SIZE + 1, 2 * PAGE_SIZE + 2]
+        );
+        assert_eq!(paginate(rows.clone(), 500, Some(99)).page, 3);
+        assert_eq!(paginate(rows, 500, Some(0)).page, 1);
+        let empty = paginate(Vec::<usize>::new(), 0, Some(4));
+        assert_eq!((empty.page, empty.pages, empty.rows.len()), (1, 1, 0));
+    }
 
     #[test]
     fn durations_read_well() {

@@ -15,7 +15,8 @@ pub use sentry_tenants_app::names;
 pub mod operator;
 pub mod provision;
 pub mod telemetry;
-pub mod text;
+/// Percent-encoding, shared by the dashboard's links, its redirects and the ClickHouse client.
+pub use sentry_tenants_app::text;
 pub mod web;
 
 /// Image the Jobs (and, later, the installed Deployment) run: the published image of this version.

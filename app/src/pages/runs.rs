@@ -1,15 +1,23 @@
 use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
 
 use super::load_error;
 use crate::api::get_runs;
-use crate::components::{EmptyState, PhaseBadge};
+use crate::components::{EmptyState, Pager, PhaseBadge};
 use crate::live::{now_from, use_live};
 use crate::model::{RunRow, countdown, human_duration, seconds_between};
 
 #[component]
 pub fn RunsPage() -> impl IntoView {
     let live = use_live();
-    let data = Resource::new(move || live.version.get(), |_| get_runs());
+    let query = use_query_map();
+    let page = move || {
+        query
+            .get()
+            .get("page")
+            .and_then(|p| p.parse::<usize>().ok())
+    };
+    let data = Resource::new(move || (live.version.get(), page()), |(_, n)| get_runs(n));
     view! {
         <section>
             <h1>"Run jobs"</h1>
@@ -17,12 +25,17 @@ pub fn RunsPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match data.await {
                         Err(e) => load_error(e),
-                        Ok((_, rows)) if rows.is_empty() => view! {
+                        Ok((_, listing)) if listing.matched == 0 => view! {
                             <EmptyState title="No run jobs" hint="Runs appear here when a tenant is provisioned, suspended or resumed, and disappear once cleaned up.">
                                 <a class="btn" href="/tenants">"Go to tenants"</a>
                             </EmptyState>
                         }.into_any(),
-                        Ok((meta, rows)) => view! { <RunsTable rows server_now=meta.server_now empty=""/> }.into_any(),
+                        Ok((meta, listing)) => view! {
+                            <RunsTable rows=listing.rows server_now=meta.server_now empty=""/>
+                            {(listing.pages > 1).then(|| view! {
+                                <Pager page=listing.page pages=listing.pages matched=listing.matched path="/runs"/>
+                            })}
+                        }.into_any(),
                     }
                 })}
             </Transition>

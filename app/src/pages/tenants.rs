@@ -3,7 +3,9 @@ use leptos_router::hooks::use_query_map;
 
 use super::load_error;
 use crate::api::get_tenants;
-use crate::components::{ConfirmSuspend, EmptyState, Flash, PhaseBadge, ReadyCell, TenantActions};
+use crate::components::{
+    ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell, TenantActions,
+};
 use crate::forms::current_url;
 use crate::live::{now_from, use_live};
 use crate::model::{TENANT_PHASES, age};
@@ -14,9 +16,15 @@ pub fn TenantsPage() -> impl IntoView {
     let query = use_query_map();
     let phase = move || query.get().get("phase").filter(|p| !p.is_empty());
     let search = move || query.get().get("q").filter(|q| !q.is_empty());
+    let page = move || {
+        query
+            .get()
+            .get("page")
+            .and_then(|p| p.parse::<usize>().ok())
+    };
     let data = Resource::new(
-        move || (live.version.get(), phase(), search()),
-        |(_, p, q)| get_tenants(p, q),
+        move || (live.version.get(), phase(), search(), page()),
+        |(_, p, q, n)| get_tenants(p, q, n),
     );
     let here = current_url();
     view! {
@@ -45,10 +53,12 @@ pub fn TenantsPage() -> impl IntoView {
                 {move || {
                     let here = here.clone();
                     Suspend::new(async move {
-                        let (meta, rows, total) = match data.await {
+                        let (meta, listing) = match data.await {
                             Ok(d) => d,
                             Err(e) => return load_error(e),
                         };
+                        let total = listing.total;
+                        let rows = listing.rows;
                         let fetched = live.tick.get_untracked();
                         if total == 0 {
                             return view! {
@@ -93,6 +103,9 @@ pub fn TenantsPage() -> impl IntoView {
                                     }).collect_view()}
                                 </tbody>
                             </table>
+                            {(listing.pages > 1).then(|| view! {
+                                <Pager page=listing.page pages=listing.pages matched=listing.matched path="/tenants"/>
+                            })}
                         }.into_any()
                     })
                 }}

@@ -133,6 +133,39 @@ fn filters_by_phase_and_search_without_javascript() {
     })
 }
 
+/// 120 tenants: pages of 50, links that keep the filter, a page past the end shows the last one.
+#[test]
+fn long_lists_are_paged_and_the_pager_keeps_the_filter() {
+    block_on(async {
+        let c = Cluster::new().await;
+        for i in 0..120 {
+            c.create_tenant(&format!("t-{i:03}")).await;
+        }
+        c.sync_stores().await;
+        let rows = |body: &str| body.matches("<tr data-tenant=").count();
+        let first = get(dashboard_router(&c, false), "/tenants?q=t-").await;
+        assert_eq!(rows(&first.body), 50);
+        assert!(first.body.contains("Showing 1–50 of 120"), "{}", first.body);
+        assert!(first.body.contains(r#"href="/tenants?q=t-&amp;page=2""#));
+        assert!(!first.body.contains(r#"rel="prev""#));
+        let last = get(dashboard_router(&c, false), "/tenants?q=t-&page=3").await;
+        assert_eq!(rows(&last.body), 20);
+        assert!(
+            last.body.contains(r#"data-tenant="t-119""#)
+                && last.body.contains("Showing 101–120 of 120")
+        );
+        assert!(!last.body.contains(r#"rel="next""#));
+        let beyond = get(dashboard_router(&c, false), "/tenants?page=99").await;
+        assert!(beyond.body.contains("Page 3 of 3"));
+        let few = get(dashboard_router(&c, false), "/tenants?q=t-11").await;
+        assert_eq!(rows(&few.body), 10);
+        assert!(
+            !few.body.contains("class=\"pager\""),
+            "one page needs no pager"
+        );
+    })
+}
+
 #[test]
 fn a_display_name_with_markup_renders_as_text() {
     block_on(async {

@@ -1,4 +1,4 @@
-//! Small text encodings shared by the ClickHouse client and the dashboard's redirects.
+//! Small text encodings shared by the dashboard's links and redirects and the ClickHouse client.
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 pub fn percent_encode(s: &str) -> String {
