@@ -15,7 +15,7 @@ mod backend {
     use std::future::Future;
     use std::pin::Pin;
 
-    use crate::model::{Meta, Overview, RunDetail, RunRow, TenantDetail, TenantRow};
+    use crate::model::{Meta, Overview, Page, RunDetail, RunRow, TenantDetail, TenantRow};
 
     pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -24,8 +24,11 @@ mod backend {
     pub trait Backend: Send + Sync + 'static {
         fn meta(&self) -> Meta;
         fn overview(&self) -> BoxFuture<'_, Overview>;
-        fn tenants(&self) -> Vec<TenantRow>;
-        fn runs(&self) -> Vec<RunRow>;
+        /// The page of tenants `query` asks for: filtered and paged on the cached objects, so only the
+        /// page's rows are built.
+        fn tenants(&self, query: &super::TenantQuery) -> Page<TenantRow>;
+        /// Newest first.
+        fn runs(&self, page: Option<usize>) -> Page<RunRow>;
         /// Includes recent Events, which are read from the API on demand.
         fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>>;
         fn run(&self, name: &str) -> BoxFuture<'_, Option<RunDetail>>;
@@ -38,27 +41,33 @@ fn backend() -> Result<std::sync::Arc<dyn Backend>, ServerFnError> {
         .ok_or_else(|| ServerFnError::new("dashboard backend missing"))
 }
 
-/// Filters rows by phase (exact) and name or display name (case-insensitive substring).
-pub fn filter_tenants(
-    rows: Vec<TenantRow>,
-    phase: Option<&str>,
-    query: Option<&str>,
-) -> Vec<TenantRow> {
-    let q = query
-        .map(str::trim)
-        .filter(|q| !q.is_empty())
-        .map(str::to_lowercase);
-    rows.into_iter()
-        .filter(|r| phase.is_none_or(|p| p.is_empty() || r.phase == p))
-        .filter(|r| {
-            q.as_ref().is_none_or(|q| {
-                r.name.contains(q.as_str())
-                    || r.display_name
-                        .as_ref()
-                        .is_some_and(|d| d.to_lowercase().contains(q.as_str()))
+/// What the tenants list asks for, normalised: an empty phase or search means none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantQuery {
+    pub phase: Option<String>,
+    /// Lower-cased.
+    pub text: Option<String>,
+    pub page: Option<usize>,
+}
+
+impl TenantQuery {
+    pub fn new(phase: Option<&str>, text: Option<&str>, page: Option<usize>) -> Self {
+        let phase = phase.map(str::trim).filter(|p| !p.is_empty());
+        let text = text.map(str::trim).filter(|q| !q.is_empty());
+        Self {
+            phase: phase.map(str::to_owned),
+            text: text.map(str::to_lowercase),
+            page,
+        }
+    }
+
+    /// Phase exact; search a case-insensitive substring of the name or the display name.
+    pub fn matches(&self, name: &str, display_name: Option<&str>, phase: &str) -> bool {
+        self.phase.as_deref().is_none_or(|p| p == phase)
+            && self.text.as_deref().is_none_or(|q| {
+                name.contains(q) || display_name.is_some_and(|d| d.to_lowercase().contains(q))
             })
-        })
-        .collect()
+    }
 }
 
 #[server(prefix = "/api", endpoint = "overview", input = GetUrl)]
@@ -74,10 +83,8 @@ pub async fn get_tenants(
     page: Option<usize>,
 ) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
     let b = backend()?;
-    let all = b.tenants();
-    let total = all.len();
-    let matched = filter_tenants(all, phase.as_deref(), q.as_deref());
-    Ok((b.meta(), crate::model::paginate(matched, total, page)))
+    let query = TenantQuery::new(phase.as_deref(), q.as_deref(), page);
+    Ok((b.meta(), b.tenants(&query)))
 }
 
 #[server(prefix = "/api", endpoint = "tenant", input = GetUrl)]
@@ -89,9 +96,7 @@ pub async fn get_tenant(name: String) -> Result<(Meta, Option<TenantDetail>), Se
 #[server(prefix = "/api", endpoint = "runs", input = GetUrl)]
 pub async fn get_runs(page: Option<usize>) -> Result<(Meta, Page<RunRow>), ServerFnError> {
     let b = backend()?;
-    let all = b.runs();
-    let total = all.len();
-    Ok((b.meta(), crate::model::paginate(all, total, page)))
+    Ok((b.meta(), b.runs(page)))
 }
 
 #[server(prefix = "/api", endpoint = "run", input = GetUrl)]

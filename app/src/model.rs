@@ -143,6 +143,18 @@ pub struct Page<T> {
     pub pages: usize,
 }
 
+impl<T> Page<T> {
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            rows: self.rows.into_iter().map(f).collect(),
+            total: self.total,
+            matched: self.matched,
+            page: self.page,
+            pages: self.pages,
+        }
+    }
+}
+
 /// Cuts `page` (1-based, clamped to the pages there are) out of the filtered `rows`.
 pub fn paginate<T>(rows: Vec<T>, total: usize, page: Option<usize>) -> Page<T> {
     let matched = rows.len();

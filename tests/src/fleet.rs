@@ -94,9 +94,23 @@ impl Fleet {
         reply.status() == StatusCode::OK
     }
 
-    /// One round: refill the caches, reconcile every RunJob, refill, reconcile every Tenant, run the
-    /// pending Jobs, and move the clock past every cleanup deadline.
+    /// One round: a reconcile pass, the pending Jobs run, and the clock moved past every cleanup
+    /// deadline.
     pub async fn round(&self) -> Round {
+        let c = &self.cluster;
+        let writes_before = c.log.count(is_counted_write);
+        let mut round = self.reconcile_pass().await;
+        round.jobs_run = self.run_pending_jobs().await;
+        c.clock.advance(SignedDuration::from_secs(
+            i64::from(DEFAULT_TTL_SECONDS) + 1,
+        ));
+        round.writes = c.log.count(is_counted_write) - writes_before;
+        round
+    }
+
+    /// Refills the caches, reconciles every RunJob, refills, reconciles every Tenant: what the two
+    /// controllers do for a batch of watch events, one reconcile per object.
+    pub async fn reconcile_pass(&self) -> Round {
         let c = &self.cluster;
         let writes_before = c.log.count(is_counted_write);
         let mut round = Round::default();
@@ -110,10 +124,6 @@ impl Fleet {
             round.reconciles += 1;
             round.errors += usize::from(tenant::reconcile(t, c.ctx.clone()).await.is_err());
         }
-        round.jobs_run = self.run_pending_jobs().await;
-        c.clock.advance(SignedDuration::from_secs(
-            i64::from(DEFAULT_TTL_SECONDS) + 1,
-        ));
         round.writes = c.log.count(is_counted_write) - writes_before;
         round
     }

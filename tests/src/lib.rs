@@ -698,6 +698,28 @@ impl Cluster {
             .unwrap();
     }
 
+    /// Plays the Deployment controller for an install: once the operator's Deployment exists, reports
+    /// it rolled out.
+    pub async fn roll_out_when_created(&self) {
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(self.admin.clone(), NS);
+        for _ in 0..200 {
+            if let Ok(d) = api.get("sentry-tenants").await {
+                let status = json!({"status": {"observedGeneration": d.metadata.generation.unwrap_or(1), "replicas": 1,
+                                               "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+                api.patch_status(
+                    "sentry-tenants",
+                    &PatchParams::default(),
+                    &Patch::Merge(&status),
+                )
+                .await
+                .unwrap();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn now_str(&self) -> String {
         self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
     }

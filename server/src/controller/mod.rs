@@ -6,7 +6,7 @@ pub mod runjob;
 pub mod tenant;
 mod wiring;
 
-pub use wiring::{StoreWriters, Stores, cached_or_fetched, run_controllers};
+pub use wiring::{StoreWriters, Stores, cached_or_fetched, drop_managed_fields, run_controllers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,9 +120,9 @@ impl Context {
     /// The tenant's runs, from the cache.
     pub fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
         let ns = self.config.namespace.as_str();
-        self.stores
-            .runjobs
-            .state_filter(|r| r.spec.tenant == tenant && r.namespace().as_deref() == Some(ns))
+        self.stores.runjobs.state_filter(|r| {
+            r.spec.tenant == tenant && r.metadata.namespace.as_deref() == Some(ns)
+        })
     }
 
     /// Publishes a Kubernetes Event. Events are advisory: a failure is logged, never fails a reconcile.

@@ -116,6 +116,12 @@ where
     Ok(api.get_opt(name).await?.map(Arc::new))
 }
 
+/// Nothing reads `managedFields` from the caches; dropping them before they are stored keeps the caches
+/// near the size of the objects themselves (see the memory figure in BENCHMARKS.md).
+pub fn drop_managed_fields<K: kube::ResourceExt>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
 /// Maps a RunJob to the Tenant whose phase and history depend on it.
 pub fn tenant_of_run(run: Arc<RunJob>) -> Option<ObjectRef<Tenant>> {
     let ns = run.metadata.namespace.as_deref()?;
@@ -148,6 +154,7 @@ pub async fn run_controllers(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(drop_managed_fields)
     .reflect_shared(tw)
     .for_each(|_| futures::future::ready(()));
     let run_watch = watcher(
@@ -155,11 +162,13 @@ pub async fn run_controllers(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(drop_managed_fields)
     .reflect_shared(rw)
     .for_each(|_| futures::future::ready(()));
     let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let job_watch = watcher(Api::<Job>::namespaced(client, &ns), job_config)
         .default_backoff()
+        .modify(drop_managed_fields)
         .reflect_shared(jw)
         .for_each(|_| futures::future::ready(()));
 

@@ -114,18 +114,32 @@ pub async fn install(
         .partition(|o| kind_of(o) == "CustomResourceDefinition");
     let mut report = InstallReport::default();
 
+    let mut applied_crds = Vec::new();
     for crd in &crds {
-        apply_one(client, crd, opts, progress, &mut report).await?;
+        applied_crds.push(apply_one(client, crd, opts, progress, &mut report).await?);
     }
-    for crd in &crds {
-        wait_established(client, &crd.name_any(), opts, progress, &values.namespace).await?;
+    for crd in applied_crds {
+        wait_established(client, crd, opts, progress, &values.namespace).await?;
     }
+    let mut deployment = None;
     for obj in &rest {
-        apply_one(client, obj, opts, progress, &mut report).await?;
+        let applied = apply_one(client, obj, opts, progress, &mut report).await?;
+        if kind_of(obj) == "Deployment" && obj.name_any() == "sentry-tenants" {
+            deployment = Some(applied);
+        }
     }
     prune(client, values, &objects, progress, &mut report).await?;
     if opts.wait {
-        wait_rollout(client, &values.namespace, "sentry-tenants", opts, progress).await?;
+        let applied = deployment.and_then(|d| typed(&d));
+        wait_rollout(
+            client,
+            &values.namespace,
+            "sentry-tenants",
+            applied,
+            opts,
+            progress,
+        )
+        .await?;
     }
     Ok(report)
 }
@@ -137,13 +151,15 @@ fn kind_of(obj: &DynamicObject) -> &str {
         .unwrap_or_default()
 }
 
+/// Server-side applies `obj`; returns the object as the apiserver answered (its status included, so a
+/// wait that is already over costs no further request).
 async fn apply_one(
     client: &Client,
     obj: &DynamicObject,
     opts: &InstallOptions,
     progress: &Progress,
     report: &mut InstallReport,
-) -> Result<(), InstallError> {
+) -> Result<DynamicObject, InstallError> {
     let what = describe_obj(obj);
     progress.step(&format!("applying {what}"));
     let mut params = PatchParams::apply(MANAGER);
@@ -152,10 +168,10 @@ async fn apply_one(
         .patch(&obj.name_any(), &params, &Patch::Apply(obj))
         .await
     {
-        Ok(_) => {
+        Ok(applied) => {
             progress.done(&format!("applied {what}"));
             report.applied.push(what);
-            Ok(())
+            Ok(applied)
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Err(conflict(obj, &status.message)),
         Err(e) => Err(api_error(&format!("apply {what}"), &e)),
@@ -194,20 +210,33 @@ fn conflict(obj: &DynamicObject, message: &str) -> InstallError {
     }
 }
 
+/// The typed view of an applied object.
+fn typed<K: serde::de::DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
+    serde_json::to_value(obj)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}
+
+/// Waits for the CRD `applied` (as the apply answered) to be Established; a re-run finds it so already.
 async fn wait_established(
     client: &Client,
-    name: &str,
+    applied: DynamicObject,
     opts: &InstallOptions,
     progress: &Progress,
     ns: &str,
 ) -> Result<(), InstallError> {
+    let name = applied.name_any();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let what = format!("CRD {name} to be Established");
+    let mut known: Option<CustomResourceDefinition> = typed(&applied);
     poll(&what, opts, progress, ns, async || {
-        let crd = api
-            .get(name)
-            .await
-            .map_err(|e| api_error(&format!("get CRD {name}"), &e))?;
+        let crd = match known.take() {
+            Some(crd) => crd,
+            None => api
+                .get(&name)
+                .await
+                .map_err(|e| api_error(&format!("get CRD {name}"), &e))?,
+        };
         let established = crd.status.and_then(|s| s.conditions).is_some_and(|c| {
             c.iter()
                 .any(|c| c.type_ == "Established" && c.status == "True")
@@ -218,17 +247,23 @@ async fn wait_established(
 }
 
 /// Waits until the Deployment's new pods are all updated and available, saying how far along it is.
+/// `applied` is the Deployment as the apply answered: an unchanged one is already rolled out.
 pub async fn wait_rollout(
     client: &Client,
     ns: &str,
     name: &str,
+    applied: Option<Deployment>,
     opts: &InstallOptions,
     progress: &Progress,
 ) -> Result<(), InstallError> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let what = format!("Deployment {ns}/{name} to roll out");
+    let mut known = applied;
     poll(&what, opts, progress, ns, async || {
-        let d = api.get(name).await.map_err(|e| api_error(&format!("get Deployment {name}"), &e))?;
+        let d = match known.take() {
+            Some(d) => d,
+            None => api.get(name).await.map_err(|e| api_error(&format!("get Deployment {name}"), &e))?,
+        };
         let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
         let generation = d.metadata.generation.unwrap_or(0);
         let s = d.status.unwrap_or_default();

@@ -2,6 +2,7 @@
 //! already keep (no extra LIST traffic). Only a tenant's recent Events, a running pod's log and the
 //! leader Lease are read from the API, on demand.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -11,10 +12,10 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams, LogParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
-use sentry_tenants_app::api::{Backend, BoxFuture};
+use sentry_tenants_app::api::{Backend, BoxFuture, TenantQuery};
 use sentry_tenants_app::model::{
-    ConditionView, EventView, HistoryView, Meta, Overview, PhaseCount, RunDetail, RunRow,
-    TENANT_PHASES, TenantDetail, TenantRow,
+    ConditionView, EventView, HistoryView, Meta, Overview, Page, PhaseCount, RunDetail, RunRow,
+    TENANT_PHASES, TenantDetail, TenantRow, paginate,
 };
 
 use crate::clock::Clock;
@@ -36,8 +37,8 @@ fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
 }
 
 impl ClusterBackend {
-    fn in_namespace<K: ResourceExt>(&self, obj: &K) -> bool {
-        obj.namespace().as_deref() == Some(self.namespace.as_str())
+    fn in_namespace<K: kube::Resource>(&self, obj: &K) -> bool {
+        obj.meta().namespace.as_deref() == Some(self.namespace.as_str())
     }
 
     fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
@@ -46,17 +47,25 @@ impl ClusterBackend {
             .state_filter(|r| r.spec.tenant == tenant && self.in_namespace(r))
     }
 
-    pub fn tenant_row(&self, t: &Tenant) -> TenantRow {
-        let status = t.status.clone().unwrap_or_default();
-        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+    /// Tenants with a Provision run in flight, in one pass over the runs.
+    fn provisioning(&self) -> HashSet<String> {
+        self.stores
+            .runjobs
+            .state_filter(|r| {
+                self.in_namespace(r) && r.spec.action == RunAction::Provision && r.is_in_flight()
+            })
+            .iter()
+            .map(|r| r.spec.tenant.clone())
+            .collect()
+    }
+
+    pub fn tenant_row(&self, t: &Tenant, provisioning: bool) -> TenantRow {
+        let status = t.status.as_ref();
+        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
         let phase = t.phase().unwrap_or(TenantPhase::Pending);
-        let name = t.name_any();
         TenantRow {
-            provisioning: self
-                .runs_of(&name)
-                .iter()
-                .any(|r| r.spec.action == RunAction::Provision && r.is_in_flight()),
-            name,
+            provisioning,
+            name: t.name_any(),
             display_name: t.spec.display_name.clone(),
             phase: phase.as_str().to_owned(),
             ready: ready.is_some_and(|c| c.status == "True"),
@@ -64,17 +73,20 @@ impl ClusterBackend {
                 .map(|c| c.reason.clone())
                 .unwrap_or_else(|| phase.as_str().to_owned()),
             ready_message: ready.map(|c| c.message.clone()).unwrap_or_default(),
-            database: status.click_house_database_name.filter(|d| !d.is_empty()),
-            secret_name: status.click_house_secret_ref.map(|s| s.name),
+            database: status
+                .and_then(|s| s.click_house_database_name.clone())
+                .filter(|d| !d.is_empty()),
+            secret_name: status
+                .and_then(|s| s.click_house_secret_ref.as_ref().map(|r| r.name.clone())),
             created: t.metadata.creation_timestamp.as_ref().map(time),
             suspended: t.spec.suspended,
-            access_locked: status.access_locked.unwrap_or(false),
+            access_locked: status.and_then(|s| s.access_locked).unwrap_or(false),
         }
     }
 
     fn sorted_tenants(&self) -> Vec<Arc<Tenant>> {
         let mut all = self.stores.tenants.state_filter(|t| self.in_namespace(t));
-        all.sort_by_key(|t| t.name_any());
+        all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         all
     }
 }
@@ -118,15 +130,20 @@ impl Backend for ClusterBackend {
 
     fn overview(&self) -> BoxFuture<'_, Overview> {
         Box::pin(async move {
-            let tenants = self.sorted_tenants();
+            let tenants = self.stores.tenants.state_filter(|t| self.in_namespace(t));
+            let mut counts = [0usize; TENANT_PHASES.len()];
+            for t in &tenants {
+                let phase = t.phase().unwrap_or(TenantPhase::Pending).as_str();
+                if let Some(i) = TENANT_PHASES.iter().position(|p| *p == phase) {
+                    counts[i] += 1;
+                }
+            }
             let tenants_by_phase = TENANT_PHASES
                 .iter()
-                .map(|p| PhaseCount {
+                .zip(counts)
+                .map(|(p, count)| PhaseCount {
                     phase: (*p).to_owned(),
-                    count: tenants
-                        .iter()
-                        .filter(|t| t.phase().unwrap_or(TenantPhase::Pending).as_str() == *p)
-                        .count(),
+                    count,
                 })
                 .collect();
             let runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
@@ -166,17 +183,29 @@ impl Backend for ClusterBackend {
         })
     }
 
-    fn tenants(&self) -> Vec<TenantRow> {
-        self.sorted_tenants()
-            .iter()
-            .map(|t| self.tenant_row(t))
-            .collect()
+    fn tenants(&self, query: &TenantQuery) -> Page<TenantRow> {
+        let all = self.sorted_tenants();
+        let total = all.len();
+        let matched: Vec<Arc<Tenant>> = all
+            .into_iter()
+            .filter(|t| {
+                let phase = t.phase().unwrap_or(TenantPhase::Pending);
+                let name = t.metadata.name.as_deref().unwrap_or_default();
+                query.matches(name, t.spec.display_name.as_deref(), phase.as_str())
+            })
+            .collect();
+        let provisioning = self.provisioning();
+        paginate(matched, total, query.page).map(|t| {
+            let busy = provisioning.contains(t.metadata.name.as_deref().unwrap_or_default());
+            self.tenant_row(&t, busy)
+        })
     }
 
-    fn runs(&self) -> Vec<RunRow> {
+    fn runs(&self, page: Option<usize>) -> Page<RunRow> {
         let mut runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
         newest_first(&mut runs);
-        runs.iter().map(|r| run_row(r)).collect()
+        let total = runs.len();
+        paginate(runs, total, page).map(|r| run_row(&r))
     }
 
     fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>> {
@@ -187,7 +216,11 @@ impl Backend for ClusterBackend {
             newest_first(&mut runs);
             let status = t.status.clone().unwrap_or_default();
             Some(TenantDetail {
-                tenant: self.tenant_row(&t),
+                tenant: self.tenant_row(
+                    &t,
+                    runs.iter()
+                        .any(|r| r.spec.action == RunAction::Provision && r.is_in_flight()),
+                ),
                 conditions: status
                     .conditions
                     .iter()

@@ -4,16 +4,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::Method;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
-    PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, PostParams,
 };
 use sentry_tenants::install::apply::NAMESPACED_KINDS;
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, Values, install};
 use sentry_tenants_tests::{Cluster, status_body};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const NS: &str = "sentry-tenants";
 
@@ -27,26 +25,6 @@ fn no_wait() -> InstallOptions {
         poll: Duration::from_millis(20),
         timeout: Duration::from_secs(5),
         ..InstallOptions::default()
-    }
-}
-
-/// Plays the Deployment controller: once the Deployment exists, reports it rolled out.
-async fn roll_out_when_created(c: &Cluster) {
-    let api: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
-    for _ in 0..200 {
-        if let Ok(d) = api.get("sentry-tenants").await {
-            let status = json!({"status": {"observedGeneration": d.metadata.generation.unwrap_or(1), "replicas": 1,
-                                           "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
-            api.patch_status(
-                "sentry-tenants",
-                &PatchParams::default(),
-                &Patch::Merge(&status),
-            )
-            .await
-            .unwrap();
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -83,7 +61,7 @@ async fn install_applies_crds_first_waits_for_them_then_the_rest_and_the_rollout
     let v = values();
     let (report, ()) = tokio::join!(
         install(&c.client, &v, &opts, &Progress::Quiet),
-        roll_out_when_created(&c)
+        c.roll_out_when_created()
     );
     let report = report.unwrap();
     assert_eq!(report.applied.len(), 12, "{:#?}", report.applied);

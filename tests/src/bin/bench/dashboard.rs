@@ -1,0 +1,197 @@
+//! Dashboard latency: the real router over caches holding N tenants, served by axum on loopback and
+//! loaded by `wrk`; next to it, on the same server in the same run, the very bytes of each page served as
+//! a static response. The ratio is the cost of rendering a page from the caches.
+
+use axum::body::Body;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use bytes::Bytes;
+use http::{Request, header};
+use http_body_util::BodyExt;
+use sentry_tenants_tests::Cluster;
+use sentry_tenants_tests::dashboard::dashboard_router;
+use tower::ServiceExt;
+
+use crate::figure;
+use crate::report::{Goal, Section};
+
+/// Load per measurement: `wrk` threads, connections, seconds.
+const THREADS: usize = 1;
+const CONNECTIONS: usize = 16;
+const SECONDS: u64 = 5;
+
+pub async fn measure(c: &Cluster, n: usize) -> Section {
+    let title = format!("Dashboard, {n} tenants");
+    if !wrk_available() {
+        return Section::new(title, vec![]).remark(
+            "Skipped: `wrk` is not installed (`bash scripts/bench.sh` installs it from Debian).",
+        );
+    }
+    c.sync_stores().await;
+    let router = dashboard_router(c, false);
+    let tenants_page = render(&router, "/tenants").await;
+    let overview_page = render(&router, "/").await;
+    let app = router
+        .clone()
+        .route(
+            "/static/tenants.html",
+            get(static_html(tenants_page.clone())),
+        )
+        .route(
+            "/static/overview.html",
+            get(static_html(overview_page.clone())),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut figures = Vec::new();
+    for (label, page, static_copy, bytes) in [
+        (
+            "tenants page",
+            "/tenants",
+            "/static/tenants.html",
+            tenants_page.len(),
+        ),
+        (
+            "overview",
+            "/",
+            "/static/overview.html",
+            overview_page.len(),
+        ),
+    ] {
+        let dynamic = load(&format!("{base}{page}")).await;
+        let fixed = load(&format!("{base}{static_copy}")).await;
+        figures.push(
+            figure(format!("{label}: p50 latency"), dynamic.p50_ms, "ms").note(format!(
+                "static copy {:.2} ms; page {} bytes",
+                fixed.p50_ms, bytes
+            )),
+        );
+        figures.push(
+            figure(format!("{label}: p99 latency"), dynamic.p99_ms, "ms")
+                .note(format!("static copy {:.2} ms", fixed.p99_ms)),
+        );
+        figures.push(
+            figure(format!("{label}: throughput"), dynamic.rps, "req/s")
+                .note(format!("static copy {:.0} req/s", fixed.rps)),
+        );
+        figures.push(
+            figure(
+                format!("{label}: p50 vs static copy"),
+                dynamic.p50_ms / fixed.p50_ms,
+                "×",
+            )
+            .goal(Goal::AtMost(2.0)),
+        );
+        figures.push(
+            figure(
+                format!("{label}: p99 vs static copy"),
+                dynamic.p99_ms / fixed.p99_ms,
+                "×",
+            )
+            .goal(Goal::AtMost(2.0)),
+        );
+    }
+    server.abort();
+    Section::new(title, figures).remark(format!(
+        "`wrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s --latency` on loopback, uncompressed (no \
+         Accept-Encoding), first page of the tenants list (pages of 50). Load generator and server share \
+         the machine's cores."
+    ))
+}
+
+fn static_html(body: Bytes) -> impl Fn() -> std::future::Ready<axum::response::Response> + Clone {
+    move || {
+        std::future::ready(
+            (
+                [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                body.clone(),
+            )
+                .into_response(),
+        )
+    }
+}
+
+async fn render(router: &axum::Router, path: &str) -> Bytes {
+    let reply = router
+        .clone()
+        .oneshot(
+            Request::get(path)
+                .header(header::ACCEPT, "text/html")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(reply.status().is_success(), "{path}: {}", reply.status());
+    reply.into_body().collect().await.unwrap().to_bytes()
+}
+
+fn wrk_available() -> bool {
+    std::process::Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub rps: f64,
+}
+
+/// Runs `wrk` against `url` (on a blocking thread: the server shares this runtime).
+async fn load(url: &str) -> Load {
+    let url = url.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("wrk")
+            .args([
+                &format!("-t{THREADS}"),
+                &format!("-c{CONNECTIONS}"),
+                &format!("-d{SECONDS}s"),
+                "--latency",
+                &url,
+            ])
+            .output()
+            .expect("wrk runs")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    parse_wrk(&text).unwrap_or_else(|| panic!("unreadable wrk output:\n{text}"))
+}
+
+pub fn parse_wrk(text: &str) -> Option<Load> {
+    let percentile = |p: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(p))
+            .and_then(|v| duration_ms(v.trim()))
+    };
+    let rps = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())?;
+    let errors = text.lines().any(|l| l.contains("Non-2xx or 3xx responses"));
+    assert!(!errors, "wrk saw error responses:\n{text}");
+    Some(Load {
+        p50_ms: percentile("50%")?,
+        p99_ms: percentile("99%")?,
+        rps,
+    })
+}
+
+fn duration_ms(v: &str) -> Option<f64> {
+    let split = v.find(|c: char| c.is_alphabetic())?;
+    let (num, unit) = v.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    Some(match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => return None,
+    })
+}

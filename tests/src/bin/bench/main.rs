@@ -1,0 +1,93 @@
+//! The benchmark runner: `bash scripts/bench.sh` (which builds the release binary and installs `wrk`, then
+//! runs this in release). It measures, in one process and one run, each figure next to its own baseline,
+//! and writes `BENCHMARKS.md` and `BENCHMARKS.json` at the workspace root.
+//!
+//! `bench memory-probe <file> <n>` is the memory section's child process (a clean heap to measure).
+
+mod dashboard;
+mod install;
+mod memory;
+mod reconcile;
+mod report;
+mod sizes;
+mod sse;
+
+use std::path::PathBuf;
+
+use report::{Figure, Section};
+
+/// Tenant counts the reconcile and dashboard sections run at.
+const SCALES: [usize; 2] = [1_000, 10_000];
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace")
+        .to_path_buf()
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("memory-probe") {
+        return memory::probe(&args[1..]);
+    }
+    let scales: Vec<usize> = match args.iter().position(|a| a == "--scales") {
+        Some(i) => args
+            .get(i + 1)
+            .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default(),
+        None => SCALES.to_vec(),
+    };
+    let started = std::time::Instant::now();
+    let mut sections: Vec<Section> = Vec::new();
+    sentry_tenants_tests::block_on(async {
+        for &n in &scales {
+            eprintln!("bench: reconcile at {n} tenants");
+            let (figures, fleet) = reconcile::measure(n).await;
+            sections.push(Section::new(
+                format!("Reconcile cost, {n} tenants + {n} runs"),
+                figures,
+            ));
+            eprintln!("bench: dashboard at {n} tenants");
+            sections.push(dashboard::measure(&fleet.cluster, n).await);
+            if n == *scales.last().unwrap() {
+                eprintln!("bench: SSE fan-out");
+                sections.push(sse::measure(&fleet.cluster).await);
+                eprintln!("bench: memory at {n} tenants");
+                sections.push(memory::measure(n).await);
+            }
+        }
+        eprintln!("bench: install");
+        sections.push(install::measure().await);
+    });
+    eprintln!("bench: sizes");
+    sections.push(sizes::measure(&workspace_root()));
+    let report = report::Report::new(sections, started.elapsed());
+    let root = workspace_root();
+    std::fs::write(root.join("BENCHMARKS.md"), report.markdown())?;
+    std::fs::write(root.join("BENCHMARKS.json"), report.json()?)?;
+    eprintln!(
+        "bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The best (smallest) of `runs` timings of `f`, in seconds: the least disturbed by the rest of the machine.
+pub async fn best_of<F, Fut>(runs: usize, mut f: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut best = f64::INFINITY;
+    for _ in 0..runs {
+        let t = std::time::Instant::now();
+        f().await;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+pub fn figure(name: impl Into<String>, value: f64, unit: &str) -> Figure {
+    Figure::new(name, value, unit)
+}

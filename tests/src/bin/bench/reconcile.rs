@@ -1,0 +1,164 @@
+//! Reconcile cost: N tenants and N Provision runs in the in-memory API, both reconcilers driven to a
+//! fixpoint over the shared caches. Writes are counted by the recording client; timings cover the
+//! reconcile calls only (not the harness refilling the caches).
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use sentry_tenants::controller::{runjob, tenant};
+use sentry_tenants::crd::RunAction;
+use sentry_tenants_tests::NS;
+use sentry_tenants_tests::fleet::{Fleet, is_counted_write, tenant_names};
+
+use crate::report::{Figure, Goal};
+use crate::{best_of, figure};
+
+/// Timed repetitions of the no-op pass and of its baseline; the best of each is kept.
+const RUNS: usize = 5;
+
+pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
+    let fleet = Fleet::new().await;
+    let c = &fleet.cluster;
+    let names = tenant_names(n);
+    fleet.create_tenants(&names).await;
+    for name in &names {
+        c.create_run(name, RunAction::Provision, &format!("{name}-provision-1"))
+            .await;
+    }
+    let objects = (2 * n) as f64;
+
+    // New objects to the fixpoint (the Jobs have not started, so nothing else moves).
+    c.log.clear();
+    let started = std::time::Instant::now();
+    let mut passes = 0;
+    loop {
+        passes += 1;
+        let pass = fleet.reconcile_pass().await;
+        if pass.writes == 0 && pass.errors == 0 {
+            break;
+        }
+        assert!(passes < 10, "no fixpoint after {passes} passes: {pass:?}");
+    }
+    let converge_secs = started.elapsed().as_secs_f64();
+    let status_writes = c
+        .log
+        .count(|r| is_counted_write(r) && r.path.ends_with("/status"));
+    let all_writes = c.log.count(is_counted_write);
+    let job_creates = c.log.creates_of("jobs");
+
+    // The same objects again: every reconcile must find nothing to do.
+    c.sync_stores().await;
+    c.log.clear();
+    let stores = c.ctx.stores.clone();
+    let runs = stores.runjobs.state();
+    let tenants = stores.tenants.state();
+    let reconciles = (runs.len() + tenants.len()) as f64;
+    let noop_secs = best_of(RUNS, || async {
+        for r in &runs {
+            runjob::reconcile(Arc::clone(r), c.ctx.clone())
+                .await
+                .expect("no-op reconcile");
+        }
+        for t in &tenants {
+            tenant::reconcile(Arc::clone(t), c.ctx.clone())
+                .await
+                .expect("no-op reconcile");
+        }
+    })
+    .await;
+    let noop_writes = c.log.count(is_counted_write) as f64 / RUNS as f64;
+    let noop_requests = c.log.len() as f64 / RUNS as f64;
+
+    // Baseline: only the cache reads those reconciles make (tenant and Job of each run, runs of each
+    // tenant), none of the deciding or comparing.
+    let baseline_secs = best_of(RUNS, || async {
+        let mut found = 0usize;
+        for r in &runs {
+            let t = stores
+                .tenants
+                .get(&ObjectRef::new(&r.spec.tenant).within(NS));
+            let j = stores.jobs.get(&ObjectRef::new(&r.name_any()).within(NS));
+            found += usize::from(t.is_some()) + usize::from(j.is_some());
+        }
+        for t in &tenants {
+            found += c.ctx.runs_of(&t.name_any()).len();
+        }
+        std::hint::black_box(found);
+    })
+    .await;
+
+    // The rest of each run's life: the Job runs the provisioner, the run finishes, is recorded on its
+    // tenant and cleaned up.
+    c.log.clear();
+    fleet
+        .converge(20)
+        .await
+        .expect("runs finish and are cleaned up");
+    let lifecycle_writes = c.log.count(is_counted_write) as f64 / n as f64;
+    let lifecycle_breakdown = breakdown(&c.log.writes(), n);
+
+    let figures = vec![
+        figure(
+            "status writes per object, new tenants and runs to fixpoint",
+            status_writes as f64 / objects,
+            "writes",
+        )
+        .goal(Goal::AtMost(1.05))
+        .note(format!("{status_writes} status writes for {objects} objects")),
+        figure(
+            "all writes per object, same",
+            all_writes as f64 / objects,
+            "writes",
+        )
+        .note(format!(
+            "+ {job_creates} Job creates; Events not counted; {passes} passes, {converge_secs:.2} s"
+        )),
+        figure("writes per no-op reconcile", noop_writes / reconciles, "writes")
+            .goal(Goal::AtMost(0.0))
+            .note(format!(
+                "{noop_writes} writes and {noop_requests} API requests in a pass of {reconciles} no-op reconciles"
+            )),
+        figure("no-op reconciles per second", reconciles / noop_secs, "/s")
+            .note(format!("best of {RUNS} passes")),
+        figure(
+            "read-only baseline per second",
+            reconciles / baseline_secs,
+            "/s",
+        )
+        .note("the same cache reads, no decisions"),
+        figure(
+            "no-op reconcile / read-only baseline",
+            noop_secs / baseline_secs,
+            "×",
+        )
+        .note("time ratio: what deciding and comparing costs over reading"),
+        figure(
+            "writes per Provision run, Job start to cleanup",
+            lifecycle_writes,
+            "writes",
+        )
+        .note(lifecycle_breakdown),
+    ];
+    (figures, fleet)
+}
+
+/// Writes per run by kind, e.g. "PATCH runjobs/status 2.0, POST secrets 1.0".
+fn breakdown(writes: &[sentry_tenants_tests::Recorded], per: usize) -> String {
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for w in writes {
+        let sub = if w.path.ends_with("/status") {
+            "/status"
+        } else {
+            ""
+        };
+        *counts
+            .entry(format!("{} {}{sub}", w.method, w.resource()))
+            .or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2}", *v as f64 / per as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
