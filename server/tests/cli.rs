@@ -185,17 +185,10 @@ fn install_rejects_bad_values_before_touching_anything() {
     );
 }
 
-/// A kubeconfig naming a port where nothing listens: the cluster is "unreachable".
-fn unreachable_kubeconfig() -> std::path::PathBuf {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let path = std::env::temp_dir().join(format!(
-        "sentry-tenants-unreachable-{}.yaml",
-        std::process::id()
-    ));
+/// A kubeconfig (file named `tag`) for a cluster at `127.0.0.1:port`.
+fn kubeconfig_for(port: u16, tag: &str) -> std::path::PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("sentry-tenants-{tag}-{}.yaml", std::process::id()));
     std::fs::write(
         &path,
         format!(
@@ -204,6 +197,16 @@ fn unreachable_kubeconfig() -> std::path::PathBuf {
     )
     .unwrap();
     path
+}
+
+/// A kubeconfig naming a port where nothing listens: the cluster is "unreachable".
+fn unreachable_kubeconfig() -> std::path::PathBuf {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    kubeconfig_for(port, "unreachable")
 }
 
 #[test]
@@ -276,17 +279,7 @@ impl CountingCluster {
                 counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         });
-        let kubeconfig = std::env::temp_dir().join(format!(
-            "sentry-tenants-counting-{}.yaml",
-            std::process::id()
-        ));
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
-            ),
-        )
-        .unwrap();
+        let kubeconfig = kubeconfig_for(port, "counting");
         Self {
             kubeconfig,
             connections,

@@ -294,6 +294,27 @@ fn timeout_body() -> Value {
     )
 }
 
+/// Every error the apiserver's schema checks would report for `obj` (`old` for updates) against the
+/// generated CRD of `K`: OpenAPI keywords with `jsonschema`, CEL rules (including the `oldSelf`
+/// transition rules) with `kube-cel`, the client-side evaluator of Kubernetes' CEL libraries.
+pub fn schema_errors<K: kube::CustomResourceExt>(obj: &Value, old: Option<&Value>) -> Vec<String> {
+    let crd = serde_json::to_value(K::crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let mut out: Vec<String> = jsonschema::validator_for(schema)
+        .unwrap()
+        .iter_errors(obj)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    if let Err(cel) = kube_cel::Validator::new().validate(schema, obj, old) {
+        out.extend(
+            cel.into_vec()
+                .into_iter()
+                .map(|e| format!("{}: {}", e.field_path, e.message)),
+        );
+    }
+    out
+}
+
 /// A Kubernetes `Status` body, as the apiserver sends with an error.
 pub fn status_body(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})

@@ -27,6 +27,7 @@ use tower_http::compression::CompressionLayer;
 use super::actions::{self, Actions};
 use super::assets;
 use super::backend::ClusterBackend;
+use super::page_cache::{PageCache, reuse_rendered_pages};
 
 /// Everything the dashboard serves from.
 pub struct Dashboard {
@@ -60,7 +61,11 @@ pub fn router(dashboard: Dashboard) -> Router {
             let options = options.clone();
             move || shell(options.clone())
         })
-        .with_state(options);
+        .with_state(options)
+        .layer(middleware::from_fn_with_state(
+            PageCache::new(dashboard.changes.clone(), dashboard.backend.clock.clone()),
+            reuse_rendered_pages,
+        ));
 
     let server_fns = {
         let backend = backend.clone();

@@ -2,32 +2,10 @@
 //! not just the Rust validators: OpenAPI keywords with `jsonschema`, CEL rules (including the
 //! `oldSelf` transition rules) with `kube-cel`, the client-side evaluator of Kubernetes' CEL libraries.
 
-use kube::CustomResourceExt;
 use sentry_tenants::crd::{RunJob, Tenant};
 use serde_json::{Value, json};
 
-fn schema<K: CustomResourceExt>() -> Value {
-    let crd = serde_json::to_value(K::crd()).unwrap();
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
-}
-
-/// Every error the apiserver's schema checks would report for `obj` (`old` for updates).
-fn errors<K: CustomResourceExt>(obj: &Value, old: Option<&Value>) -> Vec<String> {
-    let schema = schema::<K>();
-    let mut out: Vec<String> = jsonschema::validator_for(&schema)
-        .unwrap()
-        .iter_errors(obj)
-        .map(|e| format!("{}: {e}", e.instance_path()))
-        .collect();
-    if let Err(cel) = kube_cel::Validator::new().validate(&schema, obj, old) {
-        out.extend(
-            cel.into_vec()
-                .into_iter()
-                .map(|e| format!("{}: {}", e.field_path, e.message)),
-        );
-    }
-    out
-}
+use sentry_tenants_tests::schema_errors as errors;
 
 fn tenant(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "sentry.io/v1alpha1", "kind": "Tenant", "metadata": {"name": name}, "spec": spec})

@@ -166,6 +166,52 @@ fn long_lists_are_paged_and_the_pager_keeps_the_filter() {
     })
 }
 
+/// The nonce a page's CSP allows.
+fn nonce(reply: &Reply) -> String {
+    let csp = reply.headers[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    let rest = &csp[csp.find("'nonce-").unwrap() + 7..];
+    rest[..rest.find('\'').unwrap()].to_owned()
+}
+
+/// A list page is rendered once per (caches version, second) and reused, each time with a fresh nonce;
+/// a change to the caches or the next second renders it anew.
+#[test]
+fn a_reused_list_page_gets_a_fresh_nonce_and_a_change_renders_it_anew() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let router = dashboard_router(&c, false);
+        let first = get(router.clone(), "/tenants").await;
+        let second = get(router.clone(), "/tenants").await;
+        let (n1, n2) = (nonce(&first), nonce(&second));
+        assert_ne!(n1, n2, "a nonce is never sent twice");
+        assert!(second.body.contains(&format!("nonce=\"{n2}\"")) && !second.body.contains(&n1));
+        assert_eq!(
+            first.body.replace(&n1, "N"),
+            second.body.replace(&n2, "N"),
+            "the same page"
+        );
+
+        c.create_tenant("initech").await;
+        c.sync_stores().await;
+        let changed = get(router.clone(), "/tenants").await;
+        assert!(
+            changed.body.contains(r#"data-tenant="initech""#),
+            "a cache change renders anew"
+        );
+
+        let before = get(router.clone(), "/").await;
+        c.clock.advance(jiff::SignedDuration::from_secs(1));
+        let later = get(router.clone(), "/").await;
+        assert_ne!(
+            before.body.replace(&nonce(&before), "N"),
+            later.body.replace(&nonce(&later), "N"),
+            "the next second renders anew (the page carries the server's time)"
+        );
+    })
+}
+
 #[test]
 fn a_display_name_with_markup_renders_as_text() {
     block_on(async {

@@ -5,12 +5,11 @@
 use axum::body::Body;
 use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use kube::CustomResourceExt;
 use kube::api::ListParams;
 use sentry_tenants::crd::RunJob;
 use sentry_tenants::names::{MAX_DISPLAY_NAME, MAX_TENANT_NAME};
 use sentry_tenants_tests::dashboard::dashboard_router;
-use sentry_tenants_tests::{Cluster, block_on};
+use sentry_tenants_tests::{Cluster, block_on, schema_errors};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -266,9 +265,6 @@ fn every_malformed_form_post_gets_its_exact_error_and_writes_nothing() {
 /// exact message a `kubectl apply` would show.
 #[test]
 fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
-    let crd = serde_json::to_value(RunJob::crd()).unwrap();
-    let schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
-    let validator = jsonschema::validator_for(&schema).unwrap();
     let run = |name: &str, spec: Value| json!({"apiVersion": "sentry.io/v1alpha1", "kind": "RunJob", "metadata": {"name": name}, "spec": spec});
     let ok = json!({"tenant": "acme", "action": "Provision"});
     let with = |field: &str, value: Value| {
@@ -320,17 +316,7 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
     ];
     let mut wrong = Vec::new();
     for (what, obj, want) in &table {
-        let mut errors: Vec<String> = validator
-            .iter_errors(obj)
-            .map(|e| format!("{}: {e}", e.instance_path()))
-            .collect();
-        if let Err(cel) = kube_cel::Validator::new().validate(&schema, obj, None) {
-            errors.extend(
-                cel.into_vec()
-                    .into_iter()
-                    .map(|e| format!("{}: {}", e.field_path, e.message)),
-            );
-        }
+        let errors = schema_errors::<RunJob>(obj, None);
         if errors != [want.to_string()] {
             wrong.push(format!("{what}: {errors:?}, want [{want:?}]"));
         }

@@ -62,35 +62,26 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
     ] {
         let dynamic = load(&format!("{base}{page}")).await;
         let fixed = load(&format!("{base}{static_copy}")).await;
-        figures.push(
-            figure(format!("{label}: p50 latency"), dynamic.p50_ms, "ms").note(format!(
-                "static copy {:.2} ms; page {} bytes",
-                fixed.p50_ms, bytes
-            )),
-        );
-        figures.push(
-            figure(format!("{label}: p99 latency"), dynamic.p99_ms, "ms")
-                .note(format!("static copy {:.2} ms", fixed.p99_ms)),
-        );
+        for (stat, page_ms, static_ms) in [
+            ("p50", dynamic.p50_ms, fixed.p50_ms),
+            ("p99", dynamic.p99_ms, fixed.p99_ms),
+        ] {
+            figures.push(
+                figure(format!("{label}: {stat} latency"), page_ms, "ms")
+                    .note(format!("static copy {static_ms:.2} ms; page {bytes} bytes")),
+            );
+            figures.push(
+                figure(
+                    format!("{label}: {stat} vs static copy"),
+                    page_ms / static_ms,
+                    "×",
+                )
+                .goal(Goal::AtMost(2.0)),
+            );
+        }
         figures.push(
             figure(format!("{label}: throughput"), dynamic.rps, "req/s")
                 .note(format!("static copy {:.0} req/s", fixed.rps)),
-        );
-        figures.push(
-            figure(
-                format!("{label}: p50 vs static copy"),
-                dynamic.p50_ms / fixed.p50_ms,
-                "×",
-            )
-            .goal(Goal::AtMost(2.0)),
-        );
-        figures.push(
-            figure(
-                format!("{label}: p99 vs static copy"),
-                dynamic.p99_ms / fixed.p99_ms,
-                "×",
-            )
-            .goal(Goal::AtMost(2.0)),
         );
     }
     server.abort();

@@ -1,0 +1,160 @@
+//! Rendered list pages, reused while nothing they show can have changed: the same URL, the same
+//! version of the caches (the change counter the live updates follow) and the same second of the
+//! server clock (pages carry the server's time, to the second). Ten browsers on the tenants list, or
+//! one reloading it, cost one render a second at most. Each reuse gets a fresh CSP nonce.
+//!
+//! Only pages drawn entirely from the caches are kept: the overview, the tenants list, the runs list.
+//! A tenant's or a run's page reads Events or a pod's log from the API on every view and is never reused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+
+/// Paths whose pages come from the caches alone.
+const CACHEABLE: [&str; 3] = ["/", "/tenants", "/runs"];
+/// A rendered page larger than this is not kept.
+const MAX_PAGE: usize = 4 << 20;
+
+#[derive(Clone)]
+pub struct PageCache {
+    changes: watch::Receiver<u64>,
+    clock: Clock,
+    entries: Arc<Mutex<Entries>>,
+}
+
+#[derive(Default)]
+struct Entries {
+    /// (caches version, second) the kept pages were rendered at; older ones are dropped wholesale.
+    at: (u64, i64),
+    pages: HashMap<String, Kept>,
+}
+
+#[derive(Clone)]
+struct Kept {
+    headers: HeaderMap,
+    body: Bytes,
+    nonce: String,
+}
+
+impl PageCache {
+    pub fn new(changes: watch::Receiver<u64>, clock: Clock) -> Self {
+        Self {
+            changes,
+            clock,
+            entries: Arc::default(),
+        }
+    }
+
+    fn now(&self) -> (u64, i64) {
+        (*self.changes.borrow(), self.clock.now().as_second())
+    }
+
+    fn get(&self, key: &str) -> Option<Kept> {
+        let now = self.now();
+        let entries = self.entries.lock().unwrap();
+        (entries.at == now).then(|| entries.pages.get(key).cloned())?
+    }
+
+    fn put(&self, key: String, at: (u64, i64), kept: Kept) {
+        let mut entries = self.entries.lock().unwrap();
+        if entries.at != at {
+            entries.pages.clear();
+            entries.at = at;
+        }
+        entries.pages.insert(key, kept);
+    }
+}
+
+/// The middleware: serves a kept page with a new nonce, or renders and keeps it.
+pub async fn reuse_rendered_pages(
+    State(cache): State<PageCache>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let cacheable = request.method() == Method::GET && CACHEABLE.contains(&request.uri().path());
+    if !cacheable {
+        return next.run(request).await;
+    }
+    let key = request.uri().to_string();
+    if let Some(kept) = cache.get(&key) {
+        return with_fresh_nonce(kept);
+    }
+    // The versions before rendering: a change during the render must not be hidden behind them.
+    let at = cache.now();
+    let response = next.run(request).await;
+    let Some(nonce) = nonce_of(response.headers()) else {
+        return response;
+    };
+    if response.status() != StatusCode::OK {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(body) = to_bytes(body, MAX_PAGE).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    cache.put(
+        key,
+        at,
+        Kept {
+            headers: parts.headers.clone(),
+            body: body.clone(),
+            nonce,
+        },
+    );
+    Response::from_parts(parts, Body::from(body))
+}
+
+/// The nonce a rendered page's CSP allows (`'nonce-…'`).
+fn nonce_of(headers: &HeaderMap) -> Option<String> {
+    let csp = headers
+        .get(header::CONTENT_SECURITY_POLICY)?
+        .to_str()
+        .ok()?;
+    let rest = &csp[csp.find("'nonce-")? + "'nonce-".len()..];
+    Some(rest[..rest.find('\'')?].to_owned())
+}
+
+/// A kept page with its nonce replaced everywhere (the CSP header and the page's script tags): a nonce is
+/// never sent twice.
+fn with_fresh_nonce(kept: Kept) -> Response {
+    let fresh = leptos::nonce::Nonce::new().to_string();
+    let html = String::from_utf8_lossy(&kept.body).replace(&kept.nonce, &fresh);
+    let mut headers = kept.headers;
+    if let Some(csp) = headers
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| HeaderValue::from_str(&v.replace(&kept.nonce, &fresh)).ok())
+    {
+        headers.insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
+    headers.remove(header::CONTENT_LENGTH);
+    let mut response = Response::new(Body::from(html));
+    *response.headers_mut() = headers;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nonce_is_read_from_the_policy() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; script-src 'self' 'nonce-abc+/=' 'wasm-unsafe-eval'",
+            ),
+        );
+        assert_eq!(nonce_of(&h).as_deref(), Some("abc+/="));
+        assert_eq!(nonce_of(&HeaderMap::new()), None);
+    }
+}
