@@ -17,7 +17,8 @@ use axum::routing::get;
 use futures::Stream;
 use leptos::prelude::*;
 use leptos_axum::{
-    LeptosRoutes, ResponseOptions, generate_route_list, handle_server_fns_with_context,
+    AxumRouteListing, LeptosRoutes, ResponseOptions, generate_route_list,
+    handle_server_fns_with_context,
 };
 use sentry_tenants_app::api::Backend;
 use sentry_tenants_app::{App, OUTPUT_NAME, shell};
@@ -45,6 +46,14 @@ pub fn leptos_options() -> LeptosOptions {
         .build()
 }
 
+/// The app's routes, walked once per process. Leptos marks a route walk with a process-wide flag that
+/// stops every resource from loading while it is set, so a walk running beside a render (a second
+/// router built while the first serves) would leave that render waiting forever.
+fn route_list() -> Vec<AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 pub fn router(dashboard: Dashboard) -> Router {
     let options = leptos_options();
     let backend: Arc<dyn Backend> = dashboard.backend.clone();
@@ -55,7 +64,7 @@ pub fn router(dashboard: Dashboard) -> Router {
             set_page_csp();
         }
     };
-    let routes = generate_route_list(App);
+    let routes = route_list();
     let pages = Router::new()
         .leptos_routes_with_context(&options, routes, context, {
             let options = options.clone();

@@ -40,8 +40,43 @@ struct Entries {
 #[derive(Clone)]
 struct Kept {
     headers: HeaderMap,
-    body: Bytes,
+    /// The page cut at each occurrence of its nonce, so a reuse is one copy with the new nonce between.
+    pieces: Vec<Bytes>,
     nonce: String,
+}
+
+impl Kept {
+    fn new(headers: HeaderMap, body: &Bytes, nonce: String) -> Self {
+        let mut pieces = Vec::new();
+        let mut rest = body.clone();
+        while let Some(at) = find(&rest, nonce.as_bytes()) {
+            pieces.push(rest.slice(..at));
+            rest = rest.slice(at + nonce.len()..);
+        }
+        pieces.push(rest);
+        Self {
+            headers,
+            pieces,
+            nonce,
+        }
+    }
+
+    fn body_with(&self, nonce: &str) -> Bytes {
+        let len = self.pieces.iter().map(Bytes::len).sum::<usize>()
+            + nonce.len() * (self.pieces.len() - 1);
+        let mut body = Vec::with_capacity(len);
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                body.extend_from_slice(nonce.as_bytes());
+            }
+            body.extend_from_slice(piece);
+        }
+        body.into()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 impl PageCache {
@@ -100,15 +135,7 @@ pub async fn reuse_rendered_pages(
     let Ok(body) = to_bytes(body, MAX_PAGE).await else {
         return Response::from_parts(parts, Body::empty());
     };
-    cache.put(
-        key,
-        at,
-        Kept {
-            headers: parts.headers.clone(),
-            body: body.clone(),
-            nonce,
-        },
-    );
+    cache.put(key, at, Kept::new(parts.headers.clone(), &body, nonce));
     Response::from_parts(parts, Body::from(body))
 }
 
@@ -126,7 +153,7 @@ fn nonce_of(headers: &HeaderMap) -> Option<String> {
 /// never sent twice.
 fn with_fresh_nonce(kept: Kept) -> Response {
     let fresh = leptos::nonce::Nonce::new().to_string();
-    let html = String::from_utf8_lossy(&kept.body).replace(&kept.nonce, &fresh);
+    let body = kept.body_with(&fresh);
     let mut headers = kept.headers;
     if let Some(csp) = headers
         .get(header::CONTENT_SECURITY_POLICY)
@@ -136,7 +163,7 @@ fn with_fresh_nonce(kept: Kept) -> Response {
         headers.insert(header::CONTENT_SECURITY_POLICY, csp);
     }
     headers.remove(header::CONTENT_LENGTH);
-    let mut response = Response::new(Body::from(html));
+    let mut response = Response::new(Body::from(body));
     *response.headers_mut() = headers;
     response
 }
@@ -144,6 +171,23 @@ fn with_fresh_nonce(kept: Kept) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_occurrence_of_the_nonce_is_replaced() {
+        let kept = Kept::new(
+            HeaderMap::new(),
+            &Bytes::from_static(
+                b"<script nonce=\"OLD\">a</script><script nonce=\"OLD\">b</script>OL",
+            ),
+            "OLD".into(),
+        );
+        assert_eq!(
+            kept.body_with("NEWER"),
+            Bytes::from_static(
+                b"<script nonce=\"NEWER\">a</script><script nonce=\"NEWER\">b</script>OL"
+            )
+        );
+    }
 
     #[test]
     fn the_nonce_is_read_from_the_policy() {

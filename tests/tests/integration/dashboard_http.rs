@@ -17,12 +17,22 @@ struct Reply {
     body: String,
 }
 
+/// A request through the router; a response that does not come is a failure, not a hung test.
 async fn send(router: axum::Router, req: Request<Body>) -> Reply {
-    let resp = router.oneshot(req).await.unwrap();
+    let uri = req.uri().clone();
+    let within = std::time::Duration::from_secs(10);
+    let resp = tokio::time::timeout(within, router.oneshot(req))
+        .await
+        .unwrap_or_else(|_| panic!("{uri}: no response within {within:?}"))
+        .unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body =
-        String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned();
+    let bytes = tokio::time::timeout(within, resp.into_body().collect())
+        .await
+        .unwrap_or_else(|_| panic!("{uri}: body not complete within {within:?}"))
+        .unwrap()
+        .to_bytes();
+    let body = String::from_utf8_lossy(&bytes).into_owned();
     Reply {
         status,
         headers,
