@@ -30,6 +30,13 @@ pub mod fleet;
 
 pub const NS: &str = "sentry-tenants";
 
+/// Prints a drill's summary line where CI's log shows it: straight to the process's stderr, past the test
+/// harness's capture (which would hide it for a passing test).
+pub fn summary(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// A TCP port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

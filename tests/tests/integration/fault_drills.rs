@@ -34,11 +34,11 @@ async fn an_operator_restarted_after_every_step_completes_a_run_exactly_once() {
         }
     }
     let job_creates = c.log.creates_of("jobs");
-    println!(
+    sentry_tenants_tests::summary(&format!(
         "restart drill: steps={steps} job_creates={job_creates} duplicate_jobs={} runjobs={}",
         fleet.duplicate_jobs(),
         fleet.live_runs().await.len()
-    );
+    ));
     assert_eq!(job_creates, 1, "exactly one Job");
     assert_eq!(fleet.duplicate_jobs(), 0);
     assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Active));
@@ -148,7 +148,7 @@ async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplic
     let duplicate_runs = fleet.duplicate_runjobs().await;
     let lock_mismatches = fleet.lock_mismatches().await;
     let live_runs = fleet.live_runs().await;
-    println!(
+    sentry_tenants_tests::summary(&format!(
         "api-fault drill: seed={seed} tenants={n} requests={} faults_injected={} clicks={clicks} \
          runs={} duplicate_jobs={duplicate_jobs} duplicate_runjobs={duplicate_runs} \
          wrongly_active={wrongly_active} rotated={rotated} lock_mismatches={} runs_left={}",
@@ -157,7 +157,7 @@ async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplic
         fleet.runs_finished().await,
         lock_mismatches.len(),
         live_runs.len(),
-    );
+    ));
     assert!(faults.injected() > 0, "the drill injected no faults");
     assert_eq!(duplicate_jobs, 0, "a Job was created twice");
     assert_eq!(duplicate_runs, 0, "a run was created or succeeded twice");
@@ -269,10 +269,10 @@ async fn clickhouse_lost_mid_provision_fails_classified_and_a_retry_keeps_the_cr
             );
         }
     }
-    println!(
+    sentry_tenants_tests::summary(&format!(
         "clickhouse drill: cases={cases} failed_classified={failed_as_classified} recovered={recovered} rotated={rotated} duplicate_jobs={}",
         fleet.duplicate_jobs()
-    );
+    ));
     assert_eq!(
         rotated, 0,
         "a retry changed the credentials stored by the failed run"

@@ -245,13 +245,13 @@ fn every_malformed_form_post_gets_its_exact_error_and_writes_nothing() {
             }
         }
         let tenants_after = c.tenants().list(&ListParams::default()).await.unwrap();
-        println!(
+        sentry_tenants_tests::summary(&format!(
             "input sweep (form posts): cases={} wrong={} tenants_before={} tenants_after={}",
             cases.len(),
             wrong.len(),
             tenants_before.items.len(),
             tenants_after.items.len()
-        );
+        ));
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
         assert_eq!(
             serde_json::to_value(&tenants_before.items).unwrap(),
@@ -321,10 +321,10 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
             wrong.push(format!("{what}: {errors:?}, want [{want:?}]"));
         }
     }
-    println!(
+    sentry_tenants_tests::summary(&format!(
         "input sweep (RunJob specs): cases={} wrong={}",
         table.len(),
         wrong.len()
-    );
+    ));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
