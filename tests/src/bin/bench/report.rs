@@ -57,6 +57,17 @@ impl Figure {
         self.note = note.into();
         self
     }
+    /// Why the goal is out of reach, said in the report only when it was missed.
+    pub fn why_missed(mut self, why: &str) -> Self {
+        if self.met == Some(false) {
+            self.note = if self.note.is_empty() {
+                format!("**Missed:** {why}")
+            } else {
+                format!("{}. **Missed:** {why}", self.note)
+            };
+        }
+        self
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
