@@ -18,7 +18,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use sentry_tenants::clock::Clock;
 use sentry_tenants::config::OperatorConfig;
-use sentry_tenants::controller::{Context, Stores, runjob, tenant};
+use sentry_tenants::controller::{Context, RunIndex, Stores, runjob, tenant};
 use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantSpec};
 use sentry_tenants::telemetry::Metrics;
 use serde_json::{Value, json};
@@ -760,7 +760,7 @@ impl Cluster {
         let jobs = self.jobs().list(&all).await.unwrap().items;
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, tenants);
-        refill(&mut w.runjobs, runs);
+        refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, runs);
         refill(&mut w.jobs, jobs);
         drop(w);
         self.ctx.stores.changes.notify();
@@ -770,7 +770,7 @@ impl Cluster {
     pub fn clear_stores(&self) {
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, Vec::new());
-        refill(&mut w.runjobs, Vec::new());
+        refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, Vec::new());
         refill(&mut w.jobs, Vec::new());
     }
 
@@ -861,6 +861,16 @@ where
         writer.apply_watcher_event(&watcher::Event::InitApply(obj));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+/// Refills the RunJob cache and the run index from the same events, as `run`'s watch does.
+fn refill_runs(writer: &mut Writer<RunJob>, index: &RunIndex, runs: Vec<RunJob>) {
+    index.apply(&watcher::Event::Init);
+    for run in &runs {
+        index.apply(&watcher::Event::InitApply(run.clone()));
+    }
+    index.apply(&watcher::Event::InitDone);
+    refill(writer, runs);
 }
 
 /// Seconds of a requeue, for asserting "requeued for exactly that moment".

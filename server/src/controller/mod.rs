@@ -2,10 +2,12 @@
 //! wiring that runs them on shared reflector streams.
 
 pub mod job;
+mod run_index;
 pub mod runjob;
 pub mod tenant;
 mod wiring;
 
+pub use run_index::RunIndex;
 pub use wiring::{StoreWriters, Stores, cached_or_fetched, drop_managed_fields, run_controllers};
 
 use std::sync::Arc;
@@ -117,12 +119,16 @@ impl Context {
         .await?)
     }
 
-    /// The tenant's runs, from the cache.
+    /// The tenant's runs, from the cache (found through the run index, not a scan).
     pub fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
         let ns = self.config.namespace.as_str();
-        self.stores.runjobs.state_filter(|r| {
-            r.spec.tenant == tenant && r.metadata.namespace.as_deref() == Some(ns)
-        })
+        self.stores
+            .run_index
+            .runs_of(tenant)
+            .iter()
+            .filter_map(|key| self.stores.runjobs.get(key))
+            .filter(|r| r.spec.tenant == tenant && r.metadata.namespace.as_deref() == Some(ns))
+            .collect()
     }
 
     /// Publishes a Kubernetes Event. Events are advisory: a failure is logged, never fails a reconcile.

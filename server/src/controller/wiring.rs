@@ -11,7 +11,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::{Context, error_policy, runjob, tenant};
+use super::{Context, RunIndex, error_policy, runjob, tenant};
 use crate::crd::{RunJob, Tenant};
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
@@ -25,6 +25,8 @@ pub struct Stores {
     pub tenants: Store<Tenant>,
     pub runjobs: Store<RunJob>,
     pub jobs: Store<Job>,
+    /// Runs by tenant, fed from the RunJob watch alongside its cache.
+    pub run_index: RunIndex,
     pub changes: Changes,
 }
 
@@ -62,6 +64,7 @@ impl Stores {
                 tenants,
                 runjobs,
                 jobs,
+                run_index: RunIndex::default(),
                 changes: Changes::new(),
             },
             StoreWriters {
@@ -163,6 +166,14 @@ pub async fn run_controllers(
     )
     .default_backoff()
     .modify(drop_managed_fields)
+    .inspect({
+        let index = ctx.stores.run_index.clone();
+        move |event| {
+            if let Ok(event) = event {
+                index.apply(event);
+            }
+        }
+    })
     .reflect_shared(rw)
     .for_each(|_| futures::future::ready(()));
     let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
