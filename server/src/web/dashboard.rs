@@ -106,6 +106,11 @@ pub fn router(dashboard: Dashboard) -> Router {
     if !dashboard.read_only {
         app = app.nest("/actions", actions::router(dashboard.actions));
     }
+    with_response_layers(app)
+}
+
+/// What every dashboard response passes through on its way out: security headers, then compression.
+pub fn with_response_layers(app: Router) -> Router {
     app.layer(middleware::from_fn(security_headers))
         .layer(CompressionLayer::new().gzip(true).br(true))
 }
