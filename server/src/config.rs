@@ -3,7 +3,6 @@
 use clap::Args;
 
 use crate::install::ValueError;
-use crate::install::bundle::{is_dns_label, is_dns_subdomain, is_http_url, is_image_reference};
 
 /// What the operator needs to know to build provisioning Jobs. The ClickHouse admin credentials are
 /// not here: only the *name* of their Secret, which the Job reads through `secretKeyRef`s.
@@ -53,23 +52,11 @@ impl OperatorConfig {
     /// Checks every setting before the process connects anywhere: a typo is one clear line at start,
     /// not a Job that fails later. Same rules and messages as `install`'s flags.
     pub fn validate(&self) -> Result<(), ValueError> {
-        if !is_dns_label(&self.namespace) {
-            return Err(ValueError::Namespace(self.namespace.clone()));
-        }
-        if !is_image_reference(&self.image) {
-            return Err(ValueError::Image(self.image.clone()));
-        }
-        if !is_dns_subdomain(&self.provisioner_service_account) {
-            return Err(ValueError::ServiceAccount(
-                self.provisioner_service_account.clone(),
-            ));
-        }
-        if !is_http_url(&self.clickhouse_url) {
-            return Err(ValueError::ClickHouseUrl(self.clickhouse_url.clone()));
-        }
-        if !is_dns_subdomain(&self.clickhouse_admin_secret) {
-            return Err(ValueError::Secret(self.clickhouse_admin_secret.clone()));
-        }
+        ValueError::check_namespace(&self.namespace)?;
+        ValueError::check_image(&self.image)?;
+        ValueError::check_service_account(&self.provisioner_service_account)?;
+        ValueError::check_clickhouse_url(&self.clickhouse_url)?;
+        ValueError::check_secret(&self.clickhouse_admin_secret)?;
         if !is_absolute_path(&self.tantivy_root) {
             return Err(ValueError::TantivyRoot(self.tantivy_root.clone()));
         }

@@ -16,6 +16,7 @@ use kube::api::{Api, ListParams};
 use sentry_tenants::controller::{runjob, tenant};
 use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, RunAction, RunJob, Tenant, TenantPhase};
 use sentry_tenants::names::TenantName;
+use sentry_tenants::provision::sql::TenantIdents;
 use sentry_tenants::provision::{PASSWORD_KEY, Provisioner, TenantSync, sha256_hex};
 use sentry_tenants::web::actions::{self, Actions};
 use tower::ServiceExt;
@@ -36,7 +37,8 @@ pub struct Round {
 }
 
 impl Round {
-    fn quiet(&self) -> bool {
+    /// Nothing written, failed or run: the fleet has settled.
+    pub fn quiet(&self) -> bool {
         self.writes == 0 && self.errors == 0 && self.jobs_run == 0
     }
 }
@@ -52,9 +54,14 @@ pub fn tenant_names(count: usize) -> Vec<String> {
     (0..count).map(|i| format!("t-{i:05}")).collect()
 }
 
-/// A ClickHouse user name for a tenant, as the provisioner derives it.
+/// A tenant's ClickHouse user, derived by the provisioner's own rule.
 pub fn clickhouse_user(tenant: &str) -> String {
-    format!("tenant_{}_user", tenant.replace('-', "_"))
+    let name = TenantName::parse(tenant).expect("a valid tenant name");
+    TenantIdents::for_tenant(&name)
+        .expect("derived from a valid name")
+        .user
+        .as_str()
+        .to_owned()
 }
 
 impl Fleet {

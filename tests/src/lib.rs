@@ -241,7 +241,7 @@ impl InterceptSlot {
 pub struct Faults {
     state: Mutex<u64>,
     rate_per_mille: u64,
-    pub injected: std::sync::atomic::AtomicU64,
+    injected: std::sync::atomic::AtomicU64,
 }
 
 impl Faults {
@@ -726,25 +726,28 @@ impl Cluster {
             .unwrap();
     }
 
-    /// Plays the Deployment controller for an install: once the operator's Deployment exists, reports
-    /// it rolled out.
-    pub async fn roll_out_when_created(&self) {
+    /// Plays the Deployment controller for as long as it is polled (run it beside an install in a
+    /// `select!`): every generation of the operator's Deployment it sees is reported rolled out.
+    pub async fn play_deployment_controller(&self) {
         let api: Api<k8s_openapi::api::apps::v1::Deployment> =
             Api::namespaced(self.admin.clone(), NS);
-        for _ in 0..200 {
+        loop {
             if let Ok(d) = api.get("sentry-tenants").await {
-                let status = json!({"status": {"observedGeneration": d.metadata.generation.unwrap_or(1), "replicas": 1,
-                                               "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
-                api.patch_status(
-                    "sentry-tenants",
-                    &PatchParams::default(),
-                    &Patch::Merge(&status),
-                )
-                .await
-                .unwrap();
-                return;
+                let generation = d.metadata.generation.unwrap_or(1);
+                let observed = d.status.as_ref().and_then(|s| s.observed_generation);
+                if observed != Some(generation) {
+                    let status = json!({"status": {"observedGeneration": generation, "replicas": 1,
+                        "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+                    let _ = api
+                        .patch_status(
+                            "sentry-tenants",
+                            &PatchParams::default(),
+                            &Patch::Merge(&status),
+                        )
+                        .await;
+                }
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 

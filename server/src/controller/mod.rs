@@ -119,16 +119,9 @@ impl Context {
         .await?)
     }
 
-    /// The tenant's runs, from the cache (found through the run index, not a scan).
+    /// The tenant's runs, from the cache.
     pub fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
-        let ns = self.config.namespace.as_str();
-        self.stores
-            .run_index
-            .runs_of(tenant)
-            .iter()
-            .filter_map(|key| self.stores.runjobs.get(key))
-            .filter(|r| r.spec.tenant == tenant && r.metadata.namespace.as_deref() == Some(ns))
-            .collect()
+        self.stores.runs_of(&self.config.namespace, tenant)
     }
 
     /// Publishes a Kubernetes Event. Events are advisory: a failure is logged, never fails a reconcile.

@@ -75,6 +75,18 @@ impl Stores {
         )
     }
 
+    /// `tenant`'s runs in `namespace`, from the cache, found through the run index (not a scan).
+    pub fn runs_of(&self, namespace: &str, tenant: &str) -> Vec<Arc<RunJob>> {
+        self.run_index
+            .runs_of(tenant)
+            .iter()
+            .filter_map(|key| self.runjobs.get(key))
+            .filter(|r| {
+                r.spec.tenant == tenant && r.metadata.namespace.as_deref() == Some(namespace)
+            })
+            .collect()
+    }
+
     /// Resolves once every cache has had its first complete list.
     pub async fn wait_until_ready(&self) {
         let _ = futures::join!(

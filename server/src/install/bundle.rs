@@ -51,7 +51,29 @@ pub enum ValueError {
     TantivyRoot(String),
 }
 
-pub(crate) fn is_dns_label(s: &str) -> bool {
+/// One check per flag, shared by `install`, `run` and `provision-tenant` (same flag, same rule, same words).
+impl ValueError {
+    fn check(ok: bool, err: impl FnOnce() -> Self) -> Result<(), Self> {
+        if ok { Ok(()) } else { Err(err()) }
+    }
+    pub fn check_namespace(s: &str) -> Result<(), Self> {
+        Self::check(is_dns_label(s), || Self::Namespace(s.to_owned()))
+    }
+    pub fn check_image(s: &str) -> Result<(), Self> {
+        Self::check(is_image_reference(s), || Self::Image(s.to_owned()))
+    }
+    pub fn check_clickhouse_url(s: &str) -> Result<(), Self> {
+        Self::check(is_http_url(s), || Self::ClickHouseUrl(s.to_owned()))
+    }
+    pub fn check_secret(s: &str) -> Result<(), Self> {
+        Self::check(is_dns_subdomain(s), || Self::Secret(s.to_owned()))
+    }
+    pub fn check_service_account(s: &str) -> Result<(), Self> {
+        Self::check(is_dns_subdomain(s), || Self::ServiceAccount(s.to_owned()))
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()
@@ -60,13 +82,13 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// `[registry[:port]/]path[:tag][@sha256:digest]` — printable, no spaces or quotes, the shape container
 /// runtimes accept.
-pub(crate) fn is_image_reference(s: &str) -> bool {
+fn is_image_reference(s: &str) -> bool {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "./:_-@".contains(c);
     !s.is_empty()
         && s.len() <= 512
@@ -75,7 +97,7 @@ pub(crate) fn is_image_reference(s: &str) -> bool {
         && !s.ends_with([':', '/', '@'])
 }
 
-pub(crate) fn is_http_url(s: &str) -> bool {
+fn is_http_url(s: &str) -> bool {
     let rest = s
         .strip_prefix("http://")
         .or_else(|| s.strip_prefix("https://"));
@@ -87,21 +109,13 @@ pub(crate) fn is_http_url(s: &str) -> bool {
 impl Values {
     /// Checks every value before it gets near a template; the templates also quote every value.
     pub fn validate(self) -> Result<Self, ValueError> {
-        if !is_dns_label(&self.namespace) {
-            return Err(ValueError::Namespace(self.namespace));
-        }
-        if !is_image_reference(&self.image) {
-            return Err(ValueError::Image(self.image));
-        }
+        ValueError::check_namespace(&self.namespace)?;
+        ValueError::check_image(&self.image)?;
         if !(1..=10).contains(&self.replicas) {
             return Err(ValueError::Replicas(self.replicas));
         }
-        if !is_http_url(&self.clickhouse_url) {
-            return Err(ValueError::ClickHouseUrl(self.clickhouse_url));
-        }
-        if !is_dns_subdomain(&self.clickhouse_admin_secret) {
-            return Err(ValueError::Secret(self.clickhouse_admin_secret));
-        }
+        ValueError::check_clickhouse_url(&self.clickhouse_url)?;
+        ValueError::check_secret(&self.clickhouse_admin_secret)?;
         debug_assert!(DNS_LABEL_PATTERN.starts_with('^'));
         Ok(self)
     }

@@ -331,14 +331,9 @@ impl ProvisionArgs {
     /// The tenant, once every flag has been checked: nothing is contacted with a malformed one.
     fn checked_tenant(&self) -> Result<TenantName, ProvisionError> {
         use crate::install::ValueError;
-        use crate::install::bundle::{is_dns_label, is_http_url};
         let name = TenantName::parse(&self.tenant)?;
-        if !is_dns_label(&self.namespace) {
-            return Err(ValueError::Namespace(self.namespace.clone()).into());
-        }
-        if !is_http_url(&self.clickhouse_url) {
-            return Err(ValueError::ClickHouseUrl(self.clickhouse_url.clone()).into());
-        }
+        ValueError::check_namespace(&self.namespace)?;
+        ValueError::check_clickhouse_url(&self.clickhouse_url)?;
         Ok(name)
     }
 }

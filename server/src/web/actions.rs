@@ -294,9 +294,7 @@ async fn start_provision(a: &Actions, name: &str) -> Outcome {
             format!("{name} is already provisioned"),
         );
     }
-    let runs = a.stores.runjobs.state_filter(|r| {
-        r.spec.tenant == name && r.namespace().as_deref() == Some(a.namespace.as_str())
-    });
+    let runs = a.stores.runs_of(&a.namespace, name);
     if let Some(running) = runs
         .iter()
         .find(|r| r.spec.action == RunAction::Provision && r.is_in_flight())
@@ -334,13 +332,7 @@ async fn suspend(
     headers: HeaderMap,
     Form(form): Form<ReturnForm>,
 ) -> Response {
-    let outcome = set_suspended(&a, &name, true).await;
-    reply(
-        &headers,
-        outcome,
-        &safe_return(form.return_to.as_deref()),
-        &[],
-    )
+    suspend_or_resume(&a, &name, &headers, &form, true).await
 }
 
 async fn resume(
@@ -349,9 +341,19 @@ async fn resume(
     headers: HeaderMap,
     Form(form): Form<ReturnForm>,
 ) -> Response {
-    let outcome = set_suspended(&a, &name, false).await;
+    suspend_or_resume(&a, &name, &headers, &form, false).await
+}
+
+async fn suspend_or_resume(
+    a: &Actions,
+    name: &str,
+    headers: &HeaderMap,
+    form: &ReturnForm,
+    suspended: bool,
+) -> Response {
+    let outcome = set_suspended(a, name, suspended).await;
     reply(
-        &headers,
+        headers,
         outcome,
         &safe_return(form.return_to.as_deref()),
         &[],

@@ -41,12 +41,6 @@ impl ClusterBackend {
         obj.meta().namespace.as_deref() == Some(self.namespace.as_str())
     }
 
-    fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
-        self.stores
-            .runjobs
-            .state_filter(|r| r.spec.tenant == tenant && self.in_namespace(r))
-    }
-
     /// Tenants with a Provision run in flight, in one pass over the runs.
     fn provisioning(&self) -> HashSet<String> {
         self.stores
@@ -212,7 +206,7 @@ impl Backend for ClusterBackend {
         let name = name.to_owned();
         Box::pin(async move {
             let t = self.tenant_object(&name).await?;
-            let mut runs = self.runs_of(&name);
+            let mut runs = self.stores.runs_of(&self.namespace, &name);
             newest_first(&mut runs);
             let status = t.status.clone().unwrap_or_default();
             Some(TenantDetail {

@@ -95,7 +95,7 @@ async fn click_until(
                 eprintln!("wrongly Active after a {action} round: {wrong:?}");
             }
             *wrongly_active += wrong.len();
-            if round.writes == 0 && round.errors == 0 && round.jobs_run == 0 {
+            if round.quiet() {
                 break;
             }
         }

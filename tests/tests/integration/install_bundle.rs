@@ -193,6 +193,13 @@ fn every_pod_in_the_bundle_and_every_job_passes_restricted() {
     );
 }
 
+/// The first container's securityContext, to loosen.
+fn container_sc(
+    p: &mut k8s_openapi::api::core::v1::PodSpec,
+) -> &mut k8s_openapi::api::core::v1::SecurityContext {
+    p.containers[0].security_context.as_mut().unwrap()
+}
+
 #[test]
 fn the_restricted_check_catches_each_loosening() {
     let deployment: Deployment = serde_json::from_value(
@@ -206,41 +213,19 @@ fn the_restricted_check_catches_each_loosening() {
     type Loosen = fn(&mut k8s_openapi::api::core::v1::PodSpec);
     let loosenings: [(&str, Loosen); 8] = [
         ("allowPrivilegeEscalation", |p| {
-            p.containers[0]
-                .security_context
-                .as_mut()
-                .unwrap()
-                .allow_privilege_escalation = Some(true)
+            container_sc(p).allow_privilege_escalation = Some(true)
         }),
         ("runAsNonRoot", |p| {
-            p.containers[0]
-                .security_context
-                .as_mut()
-                .unwrap()
-                .run_as_non_root = None;
+            container_sc(p).run_as_non_root = None;
             p.security_context.as_mut().unwrap().run_as_non_root = None;
         }),
-        ("capabilities", |p| {
-            p.containers[0]
-                .security_context
-                .as_mut()
-                .unwrap()
-                .capabilities = None
-        }),
+        ("capabilities", |p| container_sc(p).capabilities = None),
         ("seccompProfile", |p| {
-            p.containers[0]
-                .security_context
-                .as_mut()
-                .unwrap()
-                .seccomp_profile = None;
+            container_sc(p).seccomp_profile = None;
             p.security_context.as_mut().unwrap().seccomp_profile = None;
         }),
         ("readOnlyRootFilesystem", |p| {
-            p.containers[0]
-                .security_context
-                .as_mut()
-                .unwrap()
-                .read_only_root_filesystem = Some(false)
+            container_sc(p).read_only_root_filesystem = Some(false)
         }),
         ("host namespaces", |p| p.host_network = Some(true)),
         ("volume", |p| {
@@ -249,13 +234,7 @@ fn the_restricted_check_catches_each_loosening() {
                     .unwrap(),
             ])
         }),
-        ("privileged", |p| {
-            p.containers[0]
-                .security_context
-                .as_mut()
-                .unwrap()
-                .privileged = Some(true)
-        }),
+        ("privileged", |p| container_sc(p).privileged = Some(true)),
     ];
     for (what, loosen) in loosenings {
         let mut spec = base.clone();

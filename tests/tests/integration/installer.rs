@@ -59,10 +59,10 @@ async fn install_applies_crds_first_waits_for_them_then_the_rest_and_the_rollout
         ..no_wait()
     };
     let v = values();
-    let (report, ()) = tokio::join!(
-        install(&c.client, &v, &opts, &Progress::Quiet),
-        c.roll_out_when_created()
-    );
+    let report = tokio::select! {
+        report = install(&c.client, &v, &opts, &Progress::Quiet) => report,
+        () = c.play_deployment_controller() => unreachable!("plays the controller until the install ends"),
+    };
     let report = report.unwrap();
     assert_eq!(report.applied.len(), 12, "{:#?}", report.applied);
     assert!(report.applied[0].starts_with("CustomResourceDefinition tenants.sentry.io"));

@@ -19,14 +19,18 @@ fn elector(c: &Cluster, who: &str, clock: &Clock) -> LeaderElection {
     )
 }
 
-#[tokio::test]
-async fn only_one_of_two_replicas_leads_while_the_lease_is_renewed() {
+/// Two replicas electing over one in-memory API, with a clock the test moves.
+async fn two_replicas() -> (Cluster, Clock, LeaderElection, LeaderElection) {
     let c = Cluster::new().await;
     let clock = Clock::manual(start_time());
-    let (a, b) = (
-        elector(&c, "replica-a", &clock),
-        elector(&c, "replica-b", &clock),
-    );
+    let a = elector(&c, "replica-a", &clock);
+    let b = elector(&c, "replica-b", &clock);
+    (c, clock, a, b)
+}
+
+#[tokio::test]
+async fn only_one_of_two_replicas_leads_while_the_lease_is_renewed() {
+    let (_c, clock, a, b) = two_replicas().await;
     assert!(a.try_acquire_or_renew().await.unwrap());
     assert!(!b.try_acquire_or_renew().await.unwrap());
     for _ in 0..3 {
@@ -38,12 +42,7 @@ async fn only_one_of_two_replicas_leads_while_the_lease_is_renewed() {
 
 #[tokio::test]
 async fn an_expired_lease_is_taken_over_and_the_old_leader_steps_down() {
-    let c = Cluster::new().await;
-    let clock = Clock::manual(start_time());
-    let (a, b) = (
-        elector(&c, "replica-a", &clock),
-        elector(&c, "replica-b", &clock),
-    );
+    let (c, clock, a, b) = two_replicas().await;
     assert!(a.try_acquire_or_renew().await.unwrap());
     clock.advance(SignedDuration::from_secs(14));
     assert!(!b.try_acquire_or_renew().await.unwrap(), "not expired yet");
@@ -67,12 +66,7 @@ async fn an_expired_lease_is_taken_over_and_the_old_leader_steps_down() {
 
 #[tokio::test]
 async fn a_released_lease_is_taken_at_once() {
-    let c = Cluster::new().await;
-    let clock = Clock::manual(start_time());
-    let (a, b) = (
-        elector(&c, "replica-a", &clock),
-        elector(&c, "replica-b", &clock),
-    );
+    let (_c, _clock, a, b) = two_replicas().await;
     assert!(a.try_acquire_or_renew().await.unwrap());
     a.release().await.unwrap();
     assert!(b.try_acquire_or_renew().await.unwrap());

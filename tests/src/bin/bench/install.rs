@@ -4,11 +4,8 @@
 use std::time::Duration;
 
 use http::Method;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, Patch, PatchParams};
 use sentry_tenants::install::{InstallOptions, Progress, install};
 use sentry_tenants_tests::{Cluster, NS, Recorded, install_values};
-use serde_json::json;
 
 use crate::figure;
 use crate::report::{Goal, Section};
@@ -26,7 +23,7 @@ pub async fn measure() -> Section {
         c.log.clear();
         let report = tokio::select! {
             report = install(&c.client, &values, &opts, &Progress::Quiet) => report,
-            () = deployment_controller(&c) => unreachable!("plays the controller until the install ends"),
+            () = c.play_deployment_controller() => unreachable!("plays the controller until the install ends"),
         };
         let report = report.expect("install succeeds");
         let log = c.log.all();
@@ -50,29 +47,6 @@ pub async fn measure() -> Section {
         "Every request counts: server-side applies, the reads that wait for the CRDs to be Established \
          and for the rollout, and the lists that find objects to prune.",
     )
-}
-
-/// Plays the Deployment controller for as long as it is polled: every generation it sees is rolled out.
-async fn deployment_controller(c: &Cluster) {
-    let api: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
-    loop {
-        if let Ok(d) = api.get("sentry-tenants").await {
-            let generation = d.metadata.generation.unwrap_or(1);
-            let observed = d.status.as_ref().and_then(|s| s.observed_generation);
-            if observed != Some(generation) {
-                let status = json!({"status": {"observedGeneration": generation, "replicas": 1,
-                    "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
-                let _ = api
-                    .patch_status(
-                        "sentry-tenants",
-                        &PatchParams::default(),
-                        &Patch::Merge(&status),
-                    )
-                    .await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 const PRUNE_LISTS_KEPT: &str = "the lists are the prune sweep, one label-selected list per kind an install \
