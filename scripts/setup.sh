@@ -17,9 +17,12 @@ if ! rustup target list --installed --toolchain "$toolchain" | grep -qx wasm32-u
 fi
 echo "setup: toolchain $toolchain with wasm32-unknown-unknown, clippy, rustfmt ready"
 
-# Debian packages the tests use: the real ClickHouse server (18.16) for the HTTP transport tests, and
-# Chromium with chromedriver for the dashboard's browser tests.
+# Debian packages the tests use: the real ClickHouse server (18.16) for the HTTP transport tests,
+# Chromium with chromedriver for the dashboard's browser tests, and openssl and curl for the local
+# control plane's certificates and health checks (scripts/cluster.sh).
 missing=()
+command -v openssl >/dev/null || missing+=(openssl)
+command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/sbin/clickhouse-server ] || missing+=(clickhouse-server)
 # Headless Chromium and its WebDriver for the dashboard's browser tests.
 [ -x /usr/bin/chromium ] || missing+=(chromium)
@@ -32,6 +35,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup: clickhouse-server $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo '?'), chromium $(dpkg-query -W -f='${Version}' chromium 2>/dev/null || echo '?') ready"
+
+# Go builds the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from the
+# modules pinned in tests/cluster/go.mod; machines of this kind come with Go (Debian's is too old).
+go_wanted=$(sed -n 's/^go \([0-9.]*\)$/\1/p' tests/cluster/go.mod)
+if ! command -v go >/dev/null; then
+  echo "setup: Go >= $go_wanted is needed to build the local control plane (scripts/cluster.sh) and is not installed" >&2
+  exit 1
+fi
+echo "setup: $(go version | cut -d' ' -f3) ready for the control plane (tests/cluster/go.mod wants go $go_wanted)"
 
 # A current ClickHouse SQL parser (chdb-core from PyPI), in a venv under target/ so it is cached with
 # the build and never committed.

@@ -11,12 +11,41 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --locked -p sentry-tenants-app --lib --target wasm32-unknown-unknown --features hydrate \
   --target-dir target/wasm -- -D warnings
 
+# The real control plane tier's cluster: built from tests/cluster/go.mod on first use (cached under
+# target/k8s), started fresh for this run, stopped at the end. Failing to build or start it fails the run.
+export SENTRY_TENANTS_CLUSTER_DIR=target/cluster-test
+bash scripts/cluster.sh reset >/dev/null
+SENTRY_TENANTS_E2E_KUBECONFIG=$(bash scripts/cluster.sh up)
+export SENTRY_TENANTS_E2E_KUBECONFIG
+
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
 set +e
 cargo test --workspace --locked 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+
+# Over the whole run, not just per test: any request of one of our ServiceAccounts that the apiserver
+# forbade means the RBAC we ship is short of what the code does.
+forbidden=$(python3 - "$SENTRY_TENANTS_CLUSTER_DIR/audit.log" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    user = e.get("user", {}).get("username", "")
+    name = user.rsplit(":", 1)[-1]
+    if e.get("responseStatus", {}).get("code") == 403 and user.startswith("system:serviceaccount:") \
+            and name in ("sentry-tenants", "sentry-tenants-provisioner"):
+        print(f"  {e['verb']} {e['requestURI']} as {user}")
+PY
+)
+if [ -n "$forbidden" ]; then
+  echo "audit: the apiserver forbade requests of our ServiceAccounts:"
+  echo "$forbidden"
+  echo "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out (audit log check)" >>"$log"
+  status=1
+else
+  echo "audit: no request of our ServiceAccounts was forbidden ($(wc -l <"$SENTRY_TENANTS_CLUSTER_DIR/audit.log") requests audited)"
+fi
 # cargo prints one "test result" line per test binary, the last usually for doc tests with nothing in
 # them; this line sums them all.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i; if ($(i+1) ~ /^ignored;?$/) s += $i } }

@@ -43,9 +43,7 @@ pub enum Command {
 }
 
 pub fn main() -> std::process::ExitCode {
-    // One TLS backend for every client in the process, chosen explicitly: a build that links more than
-    // one (feature unification in a workspace) would otherwise refuse to pick.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::cluster::choose_tls_provider();
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let result = match cli.command {

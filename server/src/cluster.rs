@@ -3,6 +3,12 @@
 use kube::Client;
 
 /// A client from the in-cluster service account or the kubeconfig, or one clear line saying why not.
+/// One TLS backend for every client in the process, chosen explicitly: a build that links more than
+/// one (feature unification in a workspace) would otherwise refuse to pick. Idempotent.
+pub fn choose_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub async fn connect() -> anyhow::Result<Client> {
     Client::try_default().await.map_err(|error| {
         let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| "~/.kube/config".to_owned());

@@ -111,23 +111,37 @@ impl LeaderElection {
     }
 
     /// Renews every third of the lease duration and publishes leadership on `leader`. A replica that
-    /// cannot renew in time steps down before its Lease expires, so two leaders never overlap.
+    /// cannot renew in time steps down before its Lease expires, so two leaders never overlap: a round
+    /// is cut short when it would outlast the Lease it renewed last (kube's client has no read
+    /// timeout, and a hung request must not keep the flag up while another replica takes over).
     pub async fn run(self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
         let period = self.lease_duration / 3;
         let mut last_renewed: Option<std::time::Instant> = None;
         loop {
-            let leading = match self.try_acquire_or_renew().await {
-                Ok(true) => {
-                    last_renewed = Some(std::time::Instant::now());
+            let started = std::time::Instant::now();
+            let bound = self.round_bound(last_renewed);
+            let leading = match tokio::time::timeout(bound, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => {
+                    // The Lease says renewed at the round's start: count from there.
+                    last_renewed = Some(started);
                     true
                 }
-                Ok(false) => false,
-                Err(error) => {
+                Ok(Ok(false)) => false,
+                Ok(Err(error)) => {
                     tracing::warn!(%error, "leader election round failed");
-                    // Keep leading only while the Lease we last renewed is still certainly ours.
-                    last_renewed.is_some_and(|t| t.elapsed() < self.lease_duration * 2 / 3)
+                    self.still_ours(last_renewed)
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        after = ?bound,
+                        "leader election round did not answer in time; stepping down"
+                    );
+                    false
                 }
             };
+            if !leading {
+                last_renewed = None;
+            }
             leader.send_if_modified(|was| {
                 if *was != leading {
                     tracing::info!(identity = %self.identity, leading, "leadership changed");
@@ -143,6 +157,27 @@ impl LeaderElection {
         if let Err(error) = self.release().await {
             tracing::warn!(%error, "could not release the leader Lease");
         }
+    }
+
+    /// How long we may keep leading after the last successful renewal: two thirds of the Lease, so
+    /// we stop before any other replica may take it.
+    fn leading_margin(&self) -> std::time::Duration {
+        self.lease_duration * 2 / 3
+    }
+
+    fn still_ours(&self, last_renewed: Option<std::time::Instant>) -> bool {
+        last_renewed.is_some_and(|t| t.elapsed() < self.leading_margin())
+    }
+
+    /// The longest one round may take: while leading, until the margin of the last renewal runs
+    /// out; otherwise one margin.
+    fn round_bound(&self, last_renewed: Option<std::time::Instant>) -> std::time::Duration {
+        let margin = self.leading_margin();
+        match last_renewed {
+            Some(t) => margin.saturating_sub(t.elapsed()),
+            None => margin,
+        }
+        .max(std::time::Duration::from_millis(1))
     }
 }
 

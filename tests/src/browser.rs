@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
+pub use crate::PATIENCE;
 use crate::{Cluster, free_port};
 
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -97,11 +98,9 @@ pub struct Served {
 }
 
 impl Served {
+    /// Serves `cluster` from now on. Its clock goes on from where the test left it, at the pace of real
+    /// time: a run finished just before keeps its whole TTL, whatever today's date is.
     pub async fn start(cluster: Cluster, read_only: bool) -> Self {
-        // Real wall time from here on, so ages computed from the API's creation timestamps read true.
-        cluster
-            .clock
-            .advance(jiff::Timestamp::now().duration_since(cluster.clock.now()));
         let cluster = Arc::new(cluster);
         let router = crate::dashboard::dashboard_router(&cluster, read_only);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -141,20 +140,26 @@ impl Drop for Served {
     }
 }
 
-/// Polls `check` until it holds, for at most `secs` seconds.
-pub async fn eventually<F, Fut>(what: &str, secs: u64, mut check: F)
+/// Polls `check` until it holds; panics only after [`PATIENCE`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + PATIENCE;
     while Instant::now() < deadline {
         if check().await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("timed out after {secs}s waiting for: {what}");
+    panic!("still waiting after {PATIENCE:?} for: {what}");
+}
+
+/// Browser tests take turns: two Chromium instances on two cores slow each other into timeouts.
+pub fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The text of the first element matching `css`, or "" if there is none.
@@ -167,7 +172,7 @@ pub async fn text(client: &Client, css: &str) -> String {
 
 /// Waits until the page has hydrated and its event stream is open (the header says "● Live").
 pub async fn wait_live(client: &Client) {
-    eventually("the page to hydrate and connect to /events", 60, || async {
+    eventually("the page to hydrate and connect to /events", || async {
         text(client, ".live").await == "● Live"
     })
     .await;

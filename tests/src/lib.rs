@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 pub mod browser;
 pub mod clickhouse_server;
+pub mod control_plane;
 pub mod fleet;
 
 pub const NS: &str = "sentry-tenants";
@@ -533,12 +534,16 @@ struct Writers {
     jobs: Writer<Job>,
 }
 
-pub fn start_time() -> Timestamp {
-    "2026-11-30T12:00:00Z".parse().unwrap()
-}
-
 impl Cluster {
+    /// A cluster whose manual clock starts at the wall-clock time, whole seconds, as the in-memory API's
+    /// own timestamps (creation times) do: no test depends on today's date relative to a fixed instant.
     pub async fn new() -> Self {
+        let now = Timestamp::from_second(Timestamp::now().as_second()).expect("in range");
+        Self::starting_at(now).await
+    }
+
+    /// A cluster whose manual clock starts at `start`.
+    pub async fn starting_at(start: Timestamp) -> Self {
         let fake = kube_fake_client::ClientBuilder::new()
             .with_resource::<Tenant>()
             .with_resource::<RunJob>()
@@ -571,7 +576,7 @@ impl Cluster {
         );
         let (stores, writers) = Stores::shared();
         let (leader_tx, leader_rx) = watch::channel(true);
-        let clock = Clock::manual(start_time());
+        let clock = Clock::manual(start);
         let ctx = Arc::new(Context::new(
             client.clone(),
             OperatorConfig::for_namespace(NS),
@@ -1097,6 +1102,10 @@ pub mod dashboard {
 /// One multi-threaded runtime shared by every dashboard test in a binary, as the operator process has
 /// one: Leptos keeps process-global state (its task spawner, route lists) that must not outlive the
 /// runtime of whichever test happened to touch it first.
+/// How long a wait may take before a test calls it a hang. Waits end as soon as what they wait for
+/// happens; this only bounds a wait that would otherwise never end, on a loaded 2-core machine.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     static RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
         tokio::runtime::Builder::new_multi_thread()

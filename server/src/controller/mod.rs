@@ -27,8 +27,12 @@ use crate::config::OperatorConfig;
 use crate::crd::{RunJob, Tenant};
 use crate::telemetry::Metrics;
 
-/// Field manager of every write the operator makes.
+/// Field manager of every write the operator makes, but for the fields below that have owners of
+/// their own.
 pub const MANAGER: &str = "sentry-tenants";
+/// Field manager of the Tenant controller's part of a Tenant's status (phase, observedGeneration,
+/// conditions), written by server-side apply so that no other status field goes over the wire.
+pub const TENANT_CONTROLLER: &str = "sentry-tenants-tenant-controller";
 /// Finished runs kept on a Tenant's status.
 pub const HISTORY_LIMIT: usize = 20;
 
@@ -163,6 +167,32 @@ where
     api.patch_status(name, &write_params(), &Patch::Merge(&patch))
         .await?;
     Ok(true)
+}
+
+/// Server-side applies `status` (only the fields `manager` owns) to the object. Fields owned by other
+/// managers are neither sent nor touched, so a writer working from a stale copy cannot put back an
+/// old value of someone else's field. Controllers force: the fields are theirs by design.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    status: &impl Serialize,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let body = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Parameters of every merge patch the operator sends: its own field manager.

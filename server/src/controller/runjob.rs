@@ -498,7 +498,7 @@ pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
 
 /// Keeps the run's outcome on the Tenant before the RunJob goes. Idempotent by uid; the
 /// resourceVersion precondition stops a stale cache from writing a second copy.
-async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> Result<()> {
+pub async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> Result<()> {
     let record = run_record(run);
     if tenant.history().iter().any(|h| h.uid == record.uid) {
         return Ok(());

@@ -18,7 +18,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::{Context, Result, name_of, patch_status_if_changed};
+use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of};
 use crate::crd::{
     ConditionStatus, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, RunRecord, Tenant,
     TenantPhase, TenantStatus, set_condition,
@@ -98,8 +98,8 @@ pub fn provision_runs(runs: &[Arc<RunJob>], history: &[RunRecord]) -> ProvisionR
     }
 }
 
-/// The status this controller owns (phase, observedGeneration, conditions), computed from the current
-/// one so fields written by others (provisioner, RunJob controller) are carried over untouched.
+/// The part of the status this controller owns: phase, observedGeneration and conditions. Every other
+/// field is left out (the provisioner and the RunJob controller write those); see [`owned_status`].
 pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> TenantStatus {
     let current = tenant.status.clone().unwrap_or_default();
     let database = current
@@ -110,7 +110,7 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
     let phase = phase(tenant.spec.suspended, database, provision);
     let generation = tenant.metadata.generation;
 
-    let mut desired = current.clone();
+    let mut desired = owned_status(&current);
     desired.phase = Some(phase);
     desired.observed_generation = generation;
 
@@ -202,6 +202,16 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         );
     }
     desired
+}
+
+/// The fields of `status` that the Tenant controller owns, and nothing else.
+pub fn owned_status(status: &TenantStatus) -> TenantStatus {
+    TenantStatus {
+        phase: status.phase,
+        observed_generation: status.observed_generation,
+        conditions: status.conditions.clone(),
+        ..TenantStatus::default()
+    }
 }
 
 fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord]) -> String {
@@ -331,7 +341,10 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
 
     // Rules 2, 3, 5.
     let desired = desired_status(&tenant, &runs, ctx.clock.now());
-    patch_status_if_changed(&ctx.tenants(), &name, tenant.status.as_ref(), &desired).await?;
+    let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
+    if desired != current {
+        apply_status(&ctx.tenants(), &name, TENANT_CONTROLLER, &desired).await?;
+    }
     Ok(Action::await_change())
 }
 

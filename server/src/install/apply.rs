@@ -19,6 +19,11 @@ pub const MANAGER: &str = "sentry-tenants";
 /// Secrets or the operator's Jobs.
 pub const BUNDLE_SELECTOR: &str =
     "app.kubernetes.io/managed-by=sentry-tenants,sentry.io/bundle=install";
+/// The operator's pods (the Deployment's selector in manifests/deployment.yaml).
+pub const OPERATOR_POD_SELECTOR: &str =
+    "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";
+/// On a namespace `install` created (and only then): `uninstall` never deletes a namespace without it.
+pub const CREATED_BY_INSTALL: &str = "sentry.io/created-by-install";
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
@@ -108,7 +113,10 @@ pub async fn install(
     opts: &InstallOptions,
     progress: &Progress,
 ) -> Result<InstallReport, InstallError> {
-    let objects = values.objects()?;
+    let mut objects = values.objects()?;
+    for ns in objects.iter_mut().filter(|o| kind_of(o) == "Namespace") {
+        claim_if_new(client, ns).await?;
+    }
     let (crds, rest): (Vec<_>, Vec<_>) = objects
         .iter()
         .partition(|o| kind_of(o) == "CustomResourceDefinition");
@@ -142,6 +150,21 @@ pub async fn install(
         .await?;
     }
     Ok(report)
+}
+
+/// Marks the namespace as created by install when it does not exist yet (or was created by an earlier
+/// install: applying without the mark would remove it). A namespace someone else made stays theirs.
+async fn claim_if_new(client: &Client, ns: &mut DynamicObject) -> Result<(), InstallError> {
+    let name = ns.name_any();
+    let existing = api_for(client, ns)
+        .get_opt(&name)
+        .await
+        .map_err(|e| api_error(&format!("get Namespace {name}"), &e))?;
+    if existing.is_none_or(|n| n.annotations().contains_key(CREATED_BY_INSTALL)) {
+        ns.annotations_mut()
+            .insert(CREATED_BY_INSTALL.to_owned(), "true".to_owned());
+    }
+    Ok(())
 }
 
 fn kind_of(obj: &DynamicObject) -> &str {

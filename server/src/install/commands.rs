@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use super::check::{self, all_passed};
-use super::{InstallOptions, Progress, Values, dashboard, install, uninstall};
+use super::{InstallOptions, Progress, UninstallOptions, Values, dashboard, install, uninstall};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -130,6 +130,9 @@ pub struct UninstallArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// How long to wait for the operator's pods to stop (e.g. 90s, 5m).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 pub async fn run_uninstall(args: UninstallArgs) -> anyhow::Result<()> {
@@ -140,7 +143,12 @@ pub async fn run_uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     }
     let client = crate::cluster::connect().await?;
     let progress = Progress::for_stderr();
-    let report = uninstall(&client, &args.namespace, args.delete_crds, &progress).await;
+    let opts = UninstallOptions {
+        delete_crds: args.delete_crds,
+        timeout: args.timeout,
+        ..UninstallOptions::default()
+    };
+    let report = uninstall(&client, &args.namespace, &opts, &progress).await;
     progress.finish();
     let report = report?;
     eprintln!(

@@ -12,4 +12,4 @@ pub mod uninstall;
 pub use apply::{InstallError, InstallOptions, InstallReport, install};
 pub use bundle::{BundleError, ValueError, Values};
 pub use progress::Progress;
-pub use uninstall::{UninstallReport, uninstall};
+pub use uninstall::{UninstallOptions, UninstallReport, uninstall};

@@ -1,8 +1,14 @@
 //! `uninstall`: removes the operator and its RBAC; keeps the CRDs and every tenant unless told to delete
-//! them, and never leaves a RunJob stuck behind a finalizer nobody will remove.
+//! them, and never leaves a RunJob stuck behind a finalizer nobody will remove. Order matters: the
+//! operator is stopped first (a running one would add the finalizers back), then the finalizers of the
+//! install namespace's RunJobs are released (other namespaces belong to other installs), then the rest
+//! goes. A namespace is deleted only if `install` created it.
 
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -10,10 +16,16 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::apply::{BUNDLE_SELECTOR, InstallError, NAMESPACED_KINDS, api_error};
+use super::apply::{
+    BUNDLE_SELECTOR, CREATED_BY_INSTALL, InstallError, NAMESPACED_KINDS, OPERATOR_POD_SELECTOR,
+    api_error,
+};
 use super::progress::Progress;
 use crate::crd::{RUNJOB_FINALIZER, RunJob, Tenant};
 use crate::leader::LEASE_NAME;
+
+/// The operator's Deployment (manifests/deployment.yaml).
+const OPERATOR: &str = "sentry-tenants";
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct UninstallReport {
@@ -26,15 +38,36 @@ fn absent(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+#[derive(Debug, Clone)]
+pub struct UninstallOptions {
+    /// Also delete the CRDs, and with them every Tenant and RunJob.
+    pub delete_crds: bool,
+    /// How long to wait for the operator's pods to stop.
+    pub timeout: Duration,
+    pub poll: Duration,
+}
+
+impl Default for UninstallOptions {
+    fn default() -> Self {
+        Self {
+            delete_crds: false,
+            timeout: Duration::from_secs(300),
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
 pub async fn uninstall(
     client: &Client,
     namespace: &str,
-    delete_crds: bool,
+    opts: &UninstallOptions,
     progress: &Progress,
 ) -> Result<UninstallReport, InstallError> {
     let mut report = UninstallReport::default();
-    // First, while nothing else has changed: with the operator gone, nobody would remove these.
-    release_runjob_finalizers(client, progress, &mut report).await?;
+    let delete_crds = opts.delete_crds;
+    stop_operator(client, namespace, opts, progress, &mut report).await?;
+    // With the operator stopped, nobody would remove these.
+    release_runjob_finalizers(client, namespace, progress, &mut report).await?;
 
     for (group, version, kind) in NAMESPACED_KINDS {
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
@@ -83,7 +116,15 @@ pub async fn uninstall(
         count_tenants(client, namespace).await?
     };
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    if tenants_left == 0 {
+    let created_by_install = match namespaces.get_opt(namespace).await {
+        Ok(ns) => ns.is_some_and(|ns| ns.annotations().contains_key(CREATED_BY_INSTALL)),
+        Err(e) => return Err(api_error(&format!("get Namespace {namespace}"), &e)),
+    };
+    if !created_by_install {
+        let kept = format!("Namespace {namespace}: install did not create it");
+        progress.done(&format!("kept {kept}"));
+        report.kept.push(kept);
+    } else if tenants_left == 0 {
         delete(
             &namespaces,
             namespace,
@@ -130,14 +171,51 @@ where
     }
 }
 
-/// Removes our finalizer from every RunJob in the cluster (the CRD is cluster-wide).
-async fn release_runjob_finalizers(
+/// Deletes the operator's Deployment and waits until none of its pods is left, so no operator is
+/// running when the finalizers are released.
+async fn stop_operator(
     client: &Client,
+    namespace: &str,
+    opts: &UninstallOptions,
     progress: &Progress,
     report: &mut UninstallReport,
 ) -> Result<(), InstallError> {
-    let all: Api<RunJob> = Api::all(client.clone());
-    let runs = match all.list(&ListParams::default()).await {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let what = format!("Deployment {namespace}/{OPERATOR}");
+    delete(&deployments, OPERATOR, &what, progress, report).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let selector = ListParams::default().labels(OPERATOR_POD_SELECTOR);
+    let started = std::time::Instant::now();
+    loop {
+        let left = match pods.list(&selector).await {
+            Ok(list) => list.items.len(),
+            Err(e) if absent(&e) => 0,
+            Err(e) => return Err(api_error(&format!("list pods in {namespace}"), &e)),
+        };
+        if left == 0 {
+            return Ok(());
+        }
+        if started.elapsed() >= opts.timeout {
+            return Err(InstallError::Timeout {
+                what: format!("{left} operator pod(s) to stop before releasing RunJob finalizers"),
+                seconds: opts.timeout.as_secs(),
+                namespace: namespace.to_owned(),
+            });
+        }
+        progress.step(&format!("waiting for {left} operator pod(s) to stop"));
+        tokio::time::sleep(opts.poll).await;
+    }
+}
+
+/// Removes our finalizer from the RunJobs of the install namespace (the one this operator watched).
+async fn release_runjob_finalizers(
+    client: &Client,
+    namespace: &str,
+    progress: &Progress,
+    report: &mut UninstallReport,
+) -> Result<(), InstallError> {
+    let api: Api<RunJob> = Api::namespaced(client.clone(), namespace);
+    let runs = match api.list(&ListParams::default()).await {
         Ok(list) => list.items,
         Err(e) if absent(&e) => return Ok(()), // CRD not installed: nothing to release
         Err(e) => return Err(api_error("list RunJobs", &e)),
@@ -146,15 +224,13 @@ async fn release_runjob_finalizers(
         .into_iter()
         .filter(|r| r.finalizers().iter().any(|f| f == RUNJOB_FINALIZER))
     {
-        let ns = run.namespace().unwrap_or_default();
         let remaining: Vec<&String> = run
             .finalizers()
             .iter()
             .filter(|f| *f != RUNJOB_FINALIZER)
             .collect();
         let patch = json!({ "metadata": { "finalizers": remaining, "resourceVersion": run.resource_version() } });
-        let api: Api<RunJob> = Api::namespaced(client.clone(), &ns);
-        let what = format!("RunJob {ns}/{}", run.name_any());
+        let what = format!("RunJob {namespace}/{}", run.name_any());
         match api
             .patch(
                 &run.name_any(),

@@ -20,7 +20,7 @@ struct Reply {
 /// A request through the router; a response that does not come is a failure, not a hung test.
 async fn send(router: axum::Router, req: Request<Body>) -> Reply {
     let uri = req.uri().clone();
-    let within = std::time::Duration::from_secs(10);
+    let within = sentry_tenants_tests::PATIENCE;
     let resp = tokio::time::timeout(within, router.oneshot(req))
         .await
         .unwrap_or_else(|_| panic!("{uri}: no response within {within:?}"))

@@ -23,7 +23,7 @@ fn no_wait() -> InstallOptions {
     InstallOptions {
         wait: false,
         poll: Duration::from_millis(20),
-        timeout: Duration::from_secs(5),
+        timeout: sentry_tenants_tests::PATIENCE,
         ..InstallOptions::default()
     }
 }

@@ -8,7 +8,7 @@ use kube::api::Api;
 use sentry_tenants::clock::Clock;
 use sentry_tenants::crd::RunAction;
 use sentry_tenants::leader::{LEASE_NAME, LeaderElection};
-use sentry_tenants_tests::{Cluster, NS, start_time};
+use sentry_tenants_tests::{Cluster, NS};
 
 fn elector(c: &Cluster, who: &str, clock: &Clock) -> LeaderElection {
     LeaderElection::new(
@@ -22,7 +22,7 @@ fn elector(c: &Cluster, who: &str, clock: &Clock) -> LeaderElection {
 /// Two replicas electing over one in-memory API, with a clock the test moves.
 async fn two_replicas() -> (Cluster, Clock, LeaderElection, LeaderElection) {
     let c = Cluster::new().await;
-    let clock = Clock::manual(start_time());
+    let clock = Clock::manual(c.clock.now());
     let a = elector(&c, "replica-a", &clock);
     let b = elector(&c, "replica-b", &clock);
     (c, clock, a, b)

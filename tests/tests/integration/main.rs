@@ -5,11 +5,10 @@
 mod clickhouse_live;
 mod clickhouse_parser;
 mod crd_schema;
-mod dashboard_browser;
 mod dashboard_http;
 mod e2e_clickhouse;
-mod e2e_cluster;
 mod fault_drills;
+mod harness_clock;
 mod input_sweep;
 mod install_bundle;
 mod installer;

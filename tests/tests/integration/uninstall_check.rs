@@ -10,7 +10,9 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction};
 use sentry_tenants::install::check::{all_passed, post_install, preflight};
-use sentry_tenants::install::{InstallOptions, Progress, Values, install, uninstall};
+use sentry_tenants::install::{
+    InstallOptions, Progress, UninstallOptions, Values, install, uninstall,
+};
 use sentry_tenants::leader::LeaderElection;
 use sentry_tenants_tests::{Cluster, NS, status_body};
 use serde_json::json;
@@ -46,9 +48,14 @@ async fn uninstall_without_delete_crds_keeps_tenants_crds_and_their_namespace_an
     c.create_tenant("acme").await;
     c.create_run("acme", RunAction::Provision, "acme-provision-1")
         .await;
-    let report = uninstall(&c.client, NS, false, &Progress::Quiet)
-        .await
-        .unwrap();
+    let report = uninstall(
+        &c.client,
+        NS,
+        &UninstallOptions::default(),
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
 
     let deployments: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
     assert!(
@@ -90,9 +97,17 @@ async fn uninstall_with_delete_crds_releases_finalizers_first_then_removes_every
     c.create_run("acme", RunAction::Provision, "acme-provision-1")
         .await;
     c.log.clear();
-    uninstall(&c.client, NS, true, &Progress::Quiet)
-        .await
-        .unwrap();
+    uninstall(
+        &c.client,
+        NS,
+        &UninstallOptions {
+            delete_crds: true,
+            ..UninstallOptions::default()
+        },
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
     let log = c.log.all();
     let released = log
         .iter()
@@ -115,9 +130,14 @@ async fn uninstall_with_delete_crds_releases_finalizers_first_then_removes_every
 #[tokio::test]
 async fn uninstall_of_an_empty_install_deletes_the_namespace() {
     let c = installed().await;
-    uninstall(&c.client, NS, false, &Progress::Quiet)
-        .await
-        .unwrap();
+    uninstall(
+        &c.client,
+        NS,
+        &UninstallOptions::default(),
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
     assert!(c.namespaces.names().is_empty());
     assert!(
         crd_exists(&c, "tenants.sentry.io").await,

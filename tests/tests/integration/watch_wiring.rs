@@ -211,7 +211,7 @@ async fn start() -> Running {
         let _ = shutdown_rx.wait_for(|s| *s).await;
     }));
     tokio::spawn(run_controllers(ctx, writers, shutdown));
-    tokio::time::timeout(Duration::from_secs(10), stores.wait_until_ready())
+    tokio::time::timeout(sentry_tenants_tests::PATIENCE, stores.wait_until_ready())
         .await
         .expect("caches sync from the scripted lists");
     Running {
@@ -225,13 +225,17 @@ async fn start() -> Running {
 }
 
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + sentry_tenants_tests::PATIENCE;
+    while std::time::Instant::now() < deadline {
         if check() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("timed out waiting for: {what}");
+    panic!(
+        "still waiting after {:?} for: {what}",
+        sentry_tenants_tests::PATIENCE
+    );
 }
 
 #[tokio::test]

@@ -1,15 +1,21 @@
 //! The dashboard in real headless Chromium against the real router, its caches fed from the in-memory
 //! cluster and a background loop playing the operator. Screenshots go to `target/screenshots/`.
+//!
+//! A test binary of its own: cargo runs test binaries one after another, so the heavy drills of the
+//! integration binary never share the two cores with Chromium; inside it, the tests take turns.
 
 use fantoccini::{Client, Locator};
 use jiff::SignedDuration;
 use sentry_tenants::crd::RunAction;
-use sentry_tenants_tests::browser::{Driver, Served, eventually, screenshot, text, wait_live};
+use sentry_tenants_tests::browser::{
+    Driver, PATIENCE, Served, eventually, one_browser_at_a_time, screenshot, text, wait_live,
+};
 use sentry_tenants_tests::{Cluster, block_on};
 
 /// Clicks `css`, finding it again if a live update replaced it in between.
 async fn click(client: &Client, css: &str) {
-    for _ in 0..20 {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while std::time::Instant::now() < deadline {
         if let Ok(el) = client.find(Locator::Css(css)).await
             && el.click().await.is_ok()
         {
@@ -58,6 +64,7 @@ async fn same_page(client: &Client) -> bool {
 
 #[test]
 fn create_provision_watch_it_go_live_then_suspend_and_resume() {
+    let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
         let served = Served::start(Cluster::new().await, false).await;
@@ -72,7 +79,7 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         b.goto(&served.at("/tenants/new")).await.unwrap();
         wait_live(&b).await;
         fill(&b, "#name", "Acme").await;
-        eventually("inline validation of the name", 5, || async {
+        eventually("inline validation of the name", || async {
             text(&b, ".field-error").await.contains("is invalid")
         })
         .await;
@@ -80,11 +87,11 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         fill(&b, "#display_name", "Acme Corp").await;
         screenshot(&b, "tenant-new").await;
         click(&b, "form.stack button[type=submit]").await;
-        eventually("the new tenant's page", 10, || async {
+        eventually("the new tenant's page", || async {
             b.current_url().await.unwrap().path() == "/tenants/acme"
         })
         .await;
-        eventually("the tenant shown as Pending", 10, || async {
+        eventually("the tenant shown as Pending", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Pending"
         })
         .await;
@@ -92,11 +99,11 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         mark_page(&b).await;
 
         click(&b, "form[action='/actions/tenants/acme/provision'] button").await;
-        eventually("the Provision run on the page", 10, || async {
+        eventually("the Provision run on the page", || async {
             exists(&b, "tr[data-run='acme-provision-1']").await
         })
         .await;
-        eventually("Provisioning", 10, || async {
+        eventually("Provisioning", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Provisioning"
         })
         .await;
@@ -106,13 +113,13 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         );
 
         c.job_running("acme-provision-1").await;
-        eventually("the run shown Running", 10, || async {
+        eventually("the run shown Running", || async {
             attr(&b, "tr[data-run='acme-provision-1']", "data-phase").await == "Running"
         })
         .await;
         c.job_succeeded("acme-provision-1").await;
         c.report_provisioned("acme").await;
-        eventually("the tenant shown Active", 10, || async {
+        eventually("the tenant shown Active", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Active"
         })
         .await;
@@ -124,18 +131,18 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         screenshot(&b, "tenant-detail").await;
 
         click(&b, ".actions a.btn").await; // Suspend asks first
-        eventually("the confirmation", 10, || async {
+        eventually("the confirmation", || async {
             exists(&b, ".confirm").await
         })
         .await;
         screenshot(&b, "tenant-confirm-suspend").await;
         click(&b, ".confirm button.danger").await;
-        eventually("Suspended", 10, || async {
+        eventually("Suspended", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Suspended"
         })
         .await;
         click(&b, "form[action='/actions/tenants/acme/resume'] button").await;
-        eventually("Active again", 10, || async {
+        eventually("Active again", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Active"
         })
         .await;
@@ -159,6 +166,7 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
 
 #[test]
 fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
+    let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
         let cluster = Cluster::new().await;
@@ -181,7 +189,7 @@ fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
         b.goto(&served.at("/runs")).await.unwrap();
         wait_live(&b).await;
         let row = "tr[data-run='acme-provision-1']";
-        eventually("a countdown", 10, || async {
+        eventually("a countdown", || async {
             text(&b, &format!("{row} .countdown"))
                 .await
                 .starts_with("in ")
@@ -192,7 +200,8 @@ fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
         screenshot(&b, "run-detail").await;
         b.goto(&served.at("/runs")).await.unwrap();
         wait_live(&b).await;
-        // Jump to six seconds before the cleanup; the page learns the new time at its next refresh.
+        // Jump to twenty seconds before the cleanup (room for a slow browser to read the last seconds);
+        // the page learns the new time at its next refresh.
         let due = c
             .run("acme-provision-1")
             .await
@@ -203,20 +212,20 @@ fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
             .unwrap()
             .0;
         c.clock
-            .advance(due.duration_since(c.clock.now()) - SignedDuration::from_secs(6));
+            .advance(due.duration_since(c.clock.now()) - SignedDuration::from_secs(20));
         c.ctx.stores.changes.notify();
-        eventually("the last seconds", 10, || async {
+        eventually("the last seconds", || async {
             text(&b, &format!("{row} .countdown")).await.ends_with('s')
                 && !text(&b, &format!("{row} .countdown")).await.contains('m')
         })
         .await;
         screenshot(&b, "runs-countdown").await;
         let mut saw: Vec<String> = Vec::new();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let deadline = std::time::Instant::now() + PATIENCE;
         while exists(&b, row).await {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the row is still there after 20s; countdown showed {saw:?}"
+                "the row is still there after {PATIENCE:?}; countdown showed {saw:?}"
             );
             let t = text(&b, &format!("{row} .countdown")).await;
             if !t.is_empty() && saw.last() != Some(&t) {
@@ -239,6 +248,7 @@ fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
 
 #[test]
 fn everything_works_with_javascript_off() {
+    let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
         let served = Served::start(Cluster::new().await, false).await;
@@ -248,7 +258,7 @@ fn everything_works_with_javascript_off() {
         fill(&b, "#name", "Bad_Name").await;
         fill(&b, "#display_name", "Globex").await;
         click(&b, "form.stack button[type=submit]").await;
-        eventually("the error from the server", 10, || async {
+        eventually("the error from the server", || async {
             text(&b, ".flash.bad").await.contains("is invalid")
         })
         .await;
@@ -259,7 +269,7 @@ fn everything_works_with_javascript_off() {
         );
         fill(&b, "#name", "globex").await;
         click(&b, "form.stack button[type=submit]").await;
-        eventually("the tenant page", 10, || async {
+        eventually("the tenant page", || async {
             b.current_url().await.unwrap().path() == "/tenants/globex"
         })
         .await;
@@ -273,13 +283,13 @@ fn everything_works_with_javascript_off() {
             "form[action='/actions/tenants/globex/provision'] button",
         )
         .await;
-        eventually("the provision notice", 10, || async {
+        eventually("the provision notice", || async {
             text(&b, ".flash.ok")
                 .await
                 .contains("globex-provision-1 started")
         })
         .await;
-        eventually("the run listed after a reload", 10, || async {
+        eventually("the run listed after a reload", || async {
             b.refresh().await.unwrap();
             exists(&b, "tr[data-run='globex-provision-1']").await
         })
@@ -287,7 +297,7 @@ fn everything_works_with_javascript_off() {
         screenshot(&b, "no-js-tenant").await;
         click(&b, ".actions a.btn").await;
         click(&b, ".confirm button.danger").await;
-        eventually("suspended", 10, || async {
+        eventually("suspended", || async {
             text(&b, ".flash.ok").await.contains("globex suspended")
         })
         .await;
@@ -302,6 +312,7 @@ fn everything_works_with_javascript_off() {
 
 #[test]
 fn a_display_name_with_a_script_tag_is_shown_as_text() {
+    let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
         let served = Served::start(Cluster::new().await, false).await;
@@ -311,7 +322,7 @@ fn a_display_name_with_a_script_tag_is_shown_as_text() {
         fill(&b, "#name", "xss").await;
         fill(&b, "#display_name", "<script>alert(1)</script>").await;
         click(&b, "form.stack button[type=submit]").await;
-        eventually("the tenant page", 10, || async {
+        eventually("the tenant page", || async {
             b.current_url().await.unwrap().path() == "/tenants/xss"
         })
         .await;
@@ -339,6 +350,7 @@ fn a_display_name_with_a_script_tag_is_shown_as_text() {
 #[test]
 fn live_updates_resume_after_a_dropped_connection_without_duplicate_rows() {
     use sentry_tenants_tests::browser::Relay;
+    let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
         let cluster = Cluster::new().await;
@@ -351,7 +363,7 @@ fn live_updates_resume_after_a_dropped_connection_without_duplicate_rows() {
         mark_page(&b).await;
 
         relay.cut();
-        eventually("the page to notice the drop", 10, || async {
+        eventually("the page to notice the drop", || async {
             text(&b, ".live").await == "○ Static"
         })
         .await;
@@ -364,7 +376,7 @@ fn live_updates_resume_after_a_dropped_connection_without_duplicate_rows() {
         relay.restore();
 
         wait_live(&b).await;
-        eventually("the change made during the drop", 15, || async {
+        eventually("the change made during the drop", || async {
             exists(&b, "tr[data-tenant='beta']").await
         })
         .await;

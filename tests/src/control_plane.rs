@@ -1,0 +1,355 @@
+//! The real control plane tier: etcd, kube-apiserver and kube-controller-manager built from pinned Go
+//! modules and started by `scripts/cluster.sh`. Nothing here imitates the apiserver: the tests talk to
+//! the real one, and read its audit log.
+//!
+//! `SENTRY_TENANTS_E2E_KUBECONFIG` names the cluster (`scripts/test.sh` starts one and sets it); without
+//! it the first test to ask runs `scripts/cluster.sh up` itself and leaves the cluster running for the
+//! next run (`bash scripts/cluster.sh down` stops it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::Value;
+
+use crate::PATIENCE;
+
+pub const KUBECONFIG_ENV: &str = "SENTRY_TENANTS_E2E_KUBECONFIG";
+
+/// Where the cluster's files are: its kubeconfig and, when `scripts/cluster.sh` started it, its
+/// certificates, logs and audit log beside it.
+pub struct ControlPlane {
+    pub kubeconfig: PathBuf,
+    pub dir: PathBuf,
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// The cluster of this test run, started on first use if no kubeconfig was named.
+pub fn control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    PLANE.get_or_init(|| {
+        let kubeconfig = match std::env::var(KUBECONFIG_ENV) {
+            Ok(path) if !path.is_empty() => PathBuf::from(path),
+            _ => start_with_cluster_sh(),
+        };
+        let dir = kubeconfig
+            .parent()
+            .expect("a kubeconfig path has a parent")
+            .to_owned();
+        ControlPlane { kubeconfig, dir }
+    })
+}
+
+fn start_with_cluster_sh() -> PathBuf {
+    let script = workspace_root().join("scripts/cluster.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("up")
+        .output()
+        .expect("run scripts/cluster.sh");
+    assert!(
+        out.status.success(),
+        "`bash scripts/cluster.sh up` failed (the real control plane tier cannot be skipped):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    eprintln!(
+        "control plane: started by scripts/cluster.sh; stop it with `bash scripts/cluster.sh down`"
+    );
+    PathBuf::from(path)
+}
+
+impl ControlPlane {
+    /// A client with the kubeconfig's (admin) credentials.
+    pub async fn admin(&self) -> Client {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// The audit log: one JSON event per request, every request the apiserver answered.
+    pub fn audit_events(&self) -> Vec<Value> {
+        let path = self.dir.join("audit.log");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (is this cluster started by scripts/cluster.sh?)",
+                path.display()
+            )
+        });
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Path to a binary `scripts/cluster.sh` built (kubectl, ...).
+    pub fn bin(&self, name: &str) -> PathBuf {
+        let k8s = workspace_root().join("target/k8s");
+        let version = std::fs::read_dir(&k8s)
+            .unwrap_or_else(|e| panic!("{}: {e}", k8s.display()))
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.join("bin").join(name).exists())
+            .unwrap_or_else(|| panic!("no {name} under {}", k8s.display()));
+        version.join("bin").join(name)
+    }
+
+    /// Runs kubectl with the admin kubeconfig; returns (success, stdout, stderr).
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        kubectl_with(&self.bin("kubectl"), &self.kubeconfig, args, stdin)
+    }
+}
+
+pub fn kubectl_with(
+    kubectl: &Path,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write kubectl's stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("kubectl output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub async fn client_from(kubeconfig: &Path) -> Client {
+    sentry_tenants::cluster::choose_tls_provider();
+    let parsed = Kubeconfig::read_from(kubeconfig)
+        .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
+    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    Client::try_from(config).expect("a client")
+}
+
+/// A namespace of its own for one test: `<prefix>-<n>`, new in every run (a test's objects never leak
+/// into another's, and a reused cluster needs no cleaning).
+pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let mut n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis()
+        % 1_000_000;
+    loop {
+        let name = format!("{prefix}-{n}");
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => return name,
+            Err(kube::Error::Api(e)) if e.code == 409 => n += 1,
+            Err(e) => panic!("create namespace {name}: {e}"),
+        }
+    }
+}
+
+/// Polls `f` until it returns something; panics only after [`PATIENCE`].
+pub async fn wait_until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "still waiting after {PATIENCE:?} for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// A kubeconfig that authenticates as a ServiceAccount, with a token from the TokenRequest API (what a
+/// kubelet mounts into the account's pods): every request it makes is authorised by the real RBAC.
+pub async fn service_account_kubeconfig(
+    plane: &ControlPlane,
+    admin: &Client,
+    namespace: &str,
+    account: &str,
+) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let answer: TokenRequest = api
+        .create_subresource("token", account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("token for {namespace}/{account}: {e}"));
+    let token = answer.status.expect("a token").token;
+    let admin_config: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(&plane.kubeconfig).expect("read the admin kubeconfig"),
+    )
+    .expect("a YAML kubeconfig");
+    let cluster = &admin_config["clusters"][0]["cluster"];
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": account, "namespace": namespace}}],
+        "current-context": "local",
+    });
+    let path = plane
+        .dir
+        .join(format!("sa-{namespace}-{account}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap())
+        .expect("write the ServiceAccount's kubeconfig");
+    path
+}
+
+impl ControlPlane {
+    /// Requests the apiserver answered 403 to a ServiceAccount of ours in `namespace` (the operator's
+    /// and the provisioner's), as "verb resource name: user".
+    pub fn forbidden_for_our_accounts(&self, namespace: &str) -> Vec<String> {
+        let ours = format!("system:serviceaccount:{namespace}:sentry-tenants");
+        self.audit_events()
+            .iter()
+            .filter(|e| e["responseStatus"]["code"] == 403)
+            .filter(|e| {
+                e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with(&ours))
+            })
+            .map(|e| {
+                format!(
+                    "{} {}: {}",
+                    e["verb"].as_str().unwrap_or_default(),
+                    e["requestURI"].as_str().unwrap_or_default(),
+                    e["user"]["username"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+/// A TCP relay to the apiserver that can freeze: while frozen it forwards nothing in either direction
+/// and answers nothing, as a network that silently drops packets does (no reset, no error: a request
+/// just never gets its answer).
+pub struct FreezingRelay {
+    pub addr: std::net::SocketAddr,
+    frozen: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FreezingRelay {
+    pub async fn start(upstream: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a relay port");
+        let addr = listener.local_addr().expect("relay address");
+        let (frozen, _) = tokio::sync::watch::channel(false);
+        let watch = frozen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let gate = watch.subscribe();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (ri, wi) = inbound.into_split();
+                    let (ro, wo) = outbound.into_split();
+                    tokio::join!(pipe(ri, wo, gate.clone()), pipe(ro, wi, gate));
+                });
+            }
+        });
+        Self { addr, frozen, task }
+    }
+
+    pub fn freeze(&self, frozen: bool) {
+        self.frozen.send_replace(frozen);
+    }
+
+    /// A copy of `kubeconfig` whose server is this relay.
+    pub fn kubeconfig_through(&self, kubeconfig: &Path) -> PathBuf {
+        let mut config: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).expect("read kubeconfig"))
+                .expect("a YAML kubeconfig");
+        config["clusters"][0]["cluster"]["server"] =
+            Value::String(format!("https://127.0.0.1:{}", self.addr.port()));
+        let path = kubeconfig.with_extension(format!("relay-{}.kubeconfig", self.addr.port()));
+        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap())
+            .expect("write the relayed kubeconfig");
+        path
+    }
+}
+
+impl Drop for FreezingRelay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Bytes read just before a freeze are held until it thaws, like packets in a dead link.
+        if frozen.wait_for(|f| !*f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl ControlPlane {
+    /// The apiserver's address, from the kubeconfig.
+    pub fn apiserver_addr(&self) -> std::net::SocketAddr {
+        let config: Value = serde_yaml::from_str(
+            &std::fs::read_to_string(&self.kubeconfig).expect("read kubeconfig"),
+        )
+        .expect("a YAML kubeconfig");
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .expect("a server URL");
+        server
+            .trim_start_matches("https://")
+            .parse()
+            .expect("server is https://IP:port")
+    }
+}

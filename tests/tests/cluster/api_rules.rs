@@ -1,0 +1,104 @@
+//! What the apiserver itself does with our CRDs, as a user meets it through kubectl: the CEL rules
+//! refuse bad names and changes to a run's tenant or action, and `kubectl get` shows our columns.
+
+use crate::setup;
+
+fn tenant(name: &str) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  displayName: Acme\n"
+    )
+}
+
+fn run(name: &str, tenant: &str, action: &str) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: {name}\nspec:\n  tenant: {tenant}\n  action: {action}\n"
+    )
+}
+
+#[tokio::test]
+async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
+    let s = setup("api-rules").await;
+    s.install().await;
+    let apply = |yaml: String| {
+        s.plane
+            .kubectl(&["apply", "-n", &s.ns, "-f", "-"], Some(&yaml))
+    };
+
+    let (ok, _, err) = apply(tenant("acme"));
+    assert!(ok, "a valid tenant is admitted: {err}");
+
+    let name_rule = "metadata.name must be at most 40 characters of lowercase letters, digits and '-', start with a letter and end with a letter or digit";
+    // Valid Kubernetes names that our rule refuses: a leading digit, and 41 characters.
+    for bad in ["1acme".to_owned(), "a".repeat(41)] {
+        let (ok, _, err) = apply(tenant(&bad));
+        assert!(!ok, "{bad} admitted");
+        assert!(err.contains(name_rule), "{bad}: {err}");
+    }
+
+    // A RunJob only for the test's sake: no operator runs here, so nothing acts on it.
+    let (ok, _, err) = apply(run("acme-provision-1", "acme", "Provision"));
+    assert!(ok, "{err}");
+    let (ok, _, err) = apply(run("acme-provision-1", "globex", "Provision"));
+    assert!(!ok && err.contains("spec.tenant is immutable"), "{err}");
+    let (ok, _, err) = apply(run("acme-provision-1", "acme", "Suspend"));
+    assert!(!ok && err.contains("spec.action is immutable"), "{err}");
+    let (ok, _, err) = apply(run("acme-provision-1", "acme", "Delete"));
+    assert!(
+        !ok && err.contains("Unsupported value: \"Delete\""),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_get_shows_the_printer_columns_and_short_names() {
+    let s = setup("columns").await;
+    s.install().await;
+    let (ok, _, err) = s
+        .plane
+        .kubectl(&["apply", "-n", &s.ns, "-f", "-"], Some(&tenant("acme")));
+    assert!(ok, "{err}");
+    let (ok, _, err) = s.plane.kubectl(
+        &["apply", "-n", &s.ns, "-f", "-"],
+        Some(&run("acme-provision-1", "acme", "Provision")),
+    );
+    assert!(ok, "{err}");
+
+    let (ok, out, err) = s.plane.kubectl(&["get", "tn", "-n", &s.ns], None);
+    assert!(ok, "{err}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "READY", "DATABASE", "AGE"],
+        "{out}"
+    );
+    assert!(
+        out.lines().nth(1).unwrap_or_default().starts_with("acme "),
+        "{out}"
+    );
+
+    let (ok, out, err) = s.plane.kubectl(&["get", "rj", "-n", &s.ns], None);
+    assert!(ok, "{err}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "TENANT", "ACTION", "PHASE", "AGE"],
+        "{out}"
+    );
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..3], ["acme-provision-1", "acme", "Provision"], "{out}");
+}

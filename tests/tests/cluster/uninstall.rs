@@ -1,0 +1,138 @@
+//! `uninstall` against the real apiserver: it touches only its own namespace and never deletes a
+//! namespace that install did not create.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use sentry_tenants::controller::tenant::new_run_job;
+use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, Tenant};
+use sentry_tenants::install::{InstallOptions, Progress, UninstallOptions, install, uninstall};
+use sentry_tenants_tests::control_plane::wait_until;
+
+use crate::setup;
+
+async fn a_run_with_our_finalizer(admin: &kube::Client, ns: &str) {
+    let tenants: Api<Tenant> = Api::namespaced(admin.clone(), ns);
+    let t: Tenant = serde_json::from_value(serde_json::json!({
+        "apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"}, "spec": {}
+    }))
+    .unwrap();
+    let t = tenants.create(&PostParams::default(), &t).await.unwrap();
+    let runs: Api<RunJob> = Api::namespaced(admin.clone(), ns);
+    runs.create(
+        &PostParams::default(),
+        &new_run_job(&t, "acme-provision-1", RunAction::Provision),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn uninstall_leaves_another_installs_runjobs_and_a_namespace_it_did_not_create() {
+    // Two installs, each into a namespace that existed before install.
+    let mine = setup("uninstall-mine").await;
+    let other = setup("uninstall-other").await;
+    mine.install().await;
+    other.install().await;
+    a_run_with_our_finalizer(&other.admin, &other.ns).await;
+
+    let report = uninstall(
+        &mine.admin,
+        &mine.ns,
+        &UninstallOptions::default(),
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
+    let runs: Api<RunJob> = Api::namespaced(other.admin.clone(), &other.ns);
+    let theirs = runs.get("acme-provision-1").await.unwrap();
+    assert!(
+        theirs.finalizers().iter().any(|f| f == RUNJOB_FINALIZER),
+        "another install's RunJob lost its finalizer"
+    );
+    assert!(report.released_finalizers.is_empty(), "{report:#?}");
+
+    let namespaces: Api<Namespace> = Api::all(mine.admin.clone());
+    let ns = namespaces.get(&mine.ns).await.unwrap();
+    assert!(
+        ns.metadata.deletion_timestamp.is_none(),
+        "a namespace install did not create was deleted"
+    );
+    assert!(
+        report
+            .kept
+            .iter()
+            .any(|k| k.contains("install did not create it")),
+        "{report:#?}"
+    );
+}
+
+#[tokio::test]
+async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant() {
+    let s = setup("uninstall-own").await;
+    let target = format!("{}-own", s.ns);
+    let values = sentry_tenants_tests::install_values(&target);
+    let opts = InstallOptions {
+        wait: false,
+        ..InstallOptions::default()
+    };
+    install(&s.admin, &values, &opts, &Progress::Quiet)
+        .await
+        .unwrap();
+    a_run_with_our_finalizer(&s.admin, &target).await;
+
+    // While it holds a tenant, it stays; the run's finalizer is released (no operator is left).
+    let report = uninstall(
+        &s.admin,
+        &target,
+        &UninstallOptions::default(),
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.released_finalizers,
+        [format!("RunJob {target}/acme-provision-1")]
+    );
+    let namespaces: Api<Namespace> = Api::all(s.admin.clone());
+    assert!(
+        namespaces
+            .get(&target)
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &target);
+    tenants.delete("acme", &Default::default()).await.unwrap();
+    wait_until(
+        "the tenant and (by the garbage collector) its run to go",
+        async || {
+            let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &target);
+            let gone = tenants.get_opt("acme").await.ok()?.is_none()
+                && runs.get_opt("acme-provision-1").await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    uninstall(
+        &s.admin,
+        &target,
+        &UninstallOptions::default(),
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
+    wait_until("the namespace install created to go", async || {
+        namespaces
+            .get_opt(&target)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
