@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for the end-to-end tier and for trying sentry-tenants
 # without a cluster: etcd, kube-apiserver and kube-controller-manager built from the Go modules pinned
-# in tests/cluster/go.mod, plus kubectl. No kubelet, scheduler or kube-proxy: the tests' stand-in
-# kubelet (tests/src/bin/stand-in-kubelet) binds and runs pods; see the README.
+# in tests/cluster/go.mod, plus kubectl, and the tests' stand-in kubelet (tests/src/kubelet: binds pods to
+# its node and runs the project's own image as the project's binary, each pod in a network namespace on
+# a bridge of this cluster's own). No kube-scheduler, kube-proxy or container runtime; see the README.
 #
 #   scripts/cluster.sh build   build the binaries once into target/k8s/<version>/bin (cached)
 #   scripts/cluster.sh up      build if needed, start, wait for /readyz, print the kubeconfig path
@@ -19,7 +20,7 @@ root=$(pwd)
 k8s_version=v1.36.3 # k8s.io/kubernetes in tests/cluster/go.mod
 bin="$root/target/k8s/$k8s_version/bin"
 dir=$(realpath -m "${SENTRY_TENANTS_CLUSTER_DIR:-target/cluster}")
-service_cidr=10.0.0.0/24 # never routed here: nothing runs kube-proxy; pods reach the API on 127.0.0.1
+service_cidr=10.0.0.0/24 # never routed here: nothing runs kube-proxy; pods reach the API at the bridge's address
 
 say() { echo "cluster: $*" >&2; }
 
@@ -54,10 +55,44 @@ running() { # name
   kill -0 "$pid" 2>/dev/null
 }
 
+# The pod network of this state directory: bridge st<X> with 10.244.<X>.1/24, X chosen once and kept.
+subnet() {
+  if [ ! -f "$dir/subnet" ]; then
+    local x
+    for x in $(seq 1 250); do
+      if ! ip link show "st$x" >/dev/null 2>&1 && ! grep -qsx "$x" "$root"/target/*/subnet; then
+        echo "$x" >"$dir/subnet"
+        break
+      fi
+    done
+  fi
+  cat "$dir/subnet"
+}
+
+bridge_up() {
+  local x=$1
+  if ! ip link show "st$x" >/dev/null 2>&1; then
+    ip link add "st$x" type bridge
+    ip addr add "10.244.$x.1/24" dev "st$x"
+  fi
+  ip link set "st$x" up
+}
+
+bridge_down() {
+  local x ns pid
+  x=$(cat "$dir/subnet" 2>/dev/null) || return 0
+  # Pods left behind by a kubelet that did not stop them: their processes, then their namespaces.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^st$x-" || true); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "st$x" 2>/dev/null || true
+}
+
 # Certificates and keys, made once per state directory: one CA for serving and client certificates, the
 # service-account signing key, and a client certificate per component.
 pki() {
-  local p=$dir/pki
+  local p=$dir/pki gateway=10.244.$1.1
   [ -f "$p/done" ] && return
   mkdir -p "$p"
   (
@@ -78,12 +113,12 @@ pki() {
       rm -f "$1.csr" "$1.ext"
     }
     cert apiserver "/CN=kube-apiserver" \
-      "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+      "IP:127.0.0.1,IP:$gateway,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
     cert admin "/O=system:masters/CN=sentry-tenants-admin"
     cert controller-manager "/CN=system:kube-controller-manager"
     cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
     # The stand-in kubelet's serving certificate: the apiserver verifies it for pods/log and port-forward.
-    cert kubelet-serving "/CN=system:node:stand-in" "IP:127.0.0.1,DNS:localhost"
+    cert kubelet-serving "/CN=system:node:stand-in" "IP:$gateway,IP:127.0.0.1,DNS:localhost"
     cert kubelet-client "/O=system:nodes/CN=system:node:stand-in"
     touch done
   )
@@ -134,10 +169,19 @@ wait_for() { # what url [curl args...]
   done
 }
 
+# The stand-in kubelet and the binary it runs for the project's image, from this checkout.
+build_rust() {
+  say "building the stand-in kubelet and sentry-tenants (cargo, dev profile)"
+  cargo build --locked -q -p sentry-tenants --bin sentry-tenants -p sentry-tenants-tests --bin stand-in-kubelet
+}
+
 up() {
   build
+  build_rust
   mkdir -p "$dir"/{logs,pids,ports,etcd}
-  pki
+  local x
+  x=$(subnet)
+  pki "$x"
   if running kube-apiserver; then
     say "already up"
     echo "$dir/admin.kubeconfig"
@@ -164,7 +208,7 @@ rules:
 - level: Metadata
 EOF
   start kube-apiserver "$bin/kube-apiserver" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$apiserver" \
+    --bind-address 0.0.0.0 --advertise-address 127.0.0.1 --secure-port "$apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_client" \
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/ca.crt" \
@@ -194,12 +238,30 @@ EOF
     --service-account-private-key-file "$dir/pki/sa.key" --root-ca-file "$dir/pki/ca.crt" \
     --service-cluster-ip-range "$service_cidr"
   wait_for kube-controller-manager "https://127.0.0.1:$(cat "$dir/ports/controller-manager")/healthz" -k
-  say "up: kube-apiserver https://127.0.0.1:$apiserver ($k8s_version), logs in $dir/logs"
+
+  bridge_up "$x"
+  local target=${CARGO_TARGET_DIR:-$root/target}
+  start stand-in-kubelet "$target/debug/stand-in-kubelet" --kubeconfig "$dir/admin.kubeconfig" \
+    --bridge "st$x" --subnet "10.244.$x" --apiserver-port "$apiserver" \
+    --image "ghcr.io/sentry-tenants/sentry-tenants=$target/debug/sentry-tenants" \
+    --state-dir "$dir/kubelet" --client-ca "$dir/pki/ca.crt" \
+    --serving-cert "$dir/pki/kubelet-serving.crt" --serving-key "$dir/pki/kubelet-serving.key"
+  local started=$SECONDS
+  until "$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" get node stand-in >/dev/null 2>&1; do
+    running stand-in-kubelet || { say "the stand-in kubelet exited:"; tail -20 "$dir/logs/stand-in-kubelet.log" >&2; exit 1; }
+    [ $((SECONDS - started)) -lt 120 ] || { say "no Node registered within 120 s"; exit 1; }
+    sleep 0.5
+  done
+  say "up: kube-apiserver https://127.0.0.1:$apiserver ($k8s_version), node stand-in on st$x, logs in $dir/logs"
   echo "$dir/admin.kubeconfig"
 }
 
 down_quietly() {
   local f pid
+  # The kubelet first, so that no pod is restarted while the rest goes.
+  if running stand-in-kubelet; then
+    kill "$(cat "$dir/pids/stand-in-kubelet")" 2>/dev/null || true
+  fi
   for f in "$dir"/pids/*; do
     [ -e "$f" ] || continue
     pid=$(cat "$f")
@@ -213,6 +275,7 @@ down_quietly() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$f"
   done
+  bridge_down
 }
 
 case "${1:-}" in

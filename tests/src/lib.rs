@@ -28,6 +28,7 @@ pub mod browser;
 pub mod clickhouse_server;
 pub mod control_plane;
 pub mod fleet;
+pub mod kubelet;
 
 pub const NS: &str = "sentry-tenants";
 
