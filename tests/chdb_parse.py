@@ -2,6 +2,9 @@
 
 Reads a JSON list of statements on stdin; prints a JSON list with, for each, either
 {"ok": "<formatted statement>"} or {"error": "<parser message>"}.
+
+With --serve: one JSON string per input line, one JSON result per output line, until stdin closes
+(the ClickHouse HTTP stand-in keeps one such process for all its statements).
 """
 import json
 import sys
@@ -13,15 +16,20 @@ def literal(s):
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def parse(statement):
+    try:
+        formatted = chdb.query(f"SELECT formatQuery({literal(statement)})", "TSVRaw").bytes().decode()
+        return {"ok": formatted.strip()}
+    except Exception as e:  # chdb raises its own error type with the server's message
+        return {"error": str(e).splitlines()[0]}
+
+
 def main():
-    results = []
-    for statement in json.load(sys.stdin):
-        try:
-            formatted = chdb.query(f"SELECT formatQuery({literal(statement)})", "TSVRaw").bytes().decode()
-            results.append({"ok": formatted.strip()})
-        except Exception as e:  # chdb raises its own error type with the server's message
-            results.append({"error": str(e).splitlines()[0]})
-    json.dump(results, sys.stdout)
+    if sys.argv[1:] == ["--serve"]:
+        for line in sys.stdin:
+            print(json.dumps(parse(json.loads(line))), flush=True)
+        return
+    json.dump([parse(s) for s in json.load(sys.stdin)], sys.stdout)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-//! Debian's real `clickhouse-server` (18.16), started for a test on 127.0.0.1 with a throwaway config,
-//! and stopped when the handle drops.
+//! Debian's real `clickhouse-server` (18.16), started for a test with a throwaway config (on 127.0.0.1,
+//! or on the cluster bridge's address for pods to reach), and stopped when the handle drops.
 
 use std::path::PathBuf;
 
@@ -15,10 +15,16 @@ pub struct ClickHouseServer {
     child: Child,
     dir: PathBuf,
     pub http_port: u16,
+    pub host: String,
 }
 
 impl ClickHouseServer {
     pub fn start() -> Self {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// Listening on `host`, accepting the admin from anywhere on this machine's networks.
+    pub fn start_on(host: &str) -> Self {
         assert!(
             std::path::Path::new(BINARY).exists(),
             "{BINARY} is missing: run `bash scripts/setup.sh` (it installs Debian's clickhouse-server)"
@@ -30,6 +36,11 @@ impl ClickHouseServer {
         ));
         std::fs::create_dir_all(dir.join("data/tmp")).unwrap();
         let (http_port, tcp_port) = (free_port(), free_port());
+        let networks = if host == "127.0.0.1" {
+            "<ip>127.0.0.1</ip>".to_owned()
+        } else {
+            format!("<ip>127.0.0.1</ip><ip>{host}/24</ip>")
+        };
         let d = dir.display();
         std::fs::write(
             dir.join("config.xml"),
@@ -39,7 +50,7 @@ impl ClickHouseServer {
     <logger><level>warning</level><log>{d}/server.log</log><errorlog>{d}/error.log</errorlog><console>0</console></logger>
     <http_port>{http_port}</http_port>
     <tcp_port>{tcp_port}</tcp_port>
-    <listen_host>127.0.0.1</listen_host>
+    <listen_host>{host}</listen_host>
     <path>{d}/data/</path>
     <tmp_path>{d}/data/tmp/</tmp_path>
     <user_files_path>{d}/data/user_files/</user_files_path>
@@ -62,7 +73,7 @@ impl ClickHouseServer {
     <users>
         <{ADMIN}>
             <password>{ADMIN_PASSWORD}</password>
-            <networks><ip>127.0.0.1</ip></networks>
+            <networks>{networks}</networks>
             <profile>default</profile>
             <quota>default</quota>
         </{ADMIN}>
@@ -87,19 +98,20 @@ impl ClickHouseServer {
             child,
             dir,
             http_port,
+            host: host.to_owned(),
         };
         server.wait_until_up();
         server
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
+        format!("http://{}:{}", self.host, self.http_port)
     }
 
     fn wait_until_up(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.http_port)) {
+            if let Ok(mut s) = std::net::TcpStream::connect((self.host.as_str(), self.http_port)) {
                 use std::io::{Read, Write};
                 let _ = s.write_all(b"GET /ping HTTP/1.0\r\n\r\n");
                 let mut out = String::new();

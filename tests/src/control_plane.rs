@@ -353,3 +353,16 @@ impl ControlPlane {
             .expect("server is https://IP:port")
     }
 }
+
+impl ControlPlane {
+    /// The pod network's gateway (the bridge's address): where pods reach servers the tests start.
+    pub fn gateway(&self) -> String {
+        let x = std::fs::read_to_string(self.dir.join("subnet")).unwrap_or_else(|e| {
+            panic!(
+                "{}/subnet: {e} (is this cluster started by scripts/cluster.sh?)",
+                self.dir.display()
+            )
+        });
+        format!("10.244.{}.1", x.trim())
+    }
+}

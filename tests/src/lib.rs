@@ -25,7 +25,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 pub mod browser;
+pub mod clickhouse_model;
 pub mod clickhouse_server;
+pub mod clickhouse_stand_in;
 pub mod control_plane;
 pub mod fleet;
 pub mod kubelet;
@@ -902,16 +904,15 @@ pub fn requeue_secs(action: &Action) -> Option<f64> {
 /// just enough state (users and their password hashes) to answer the provisioner's two questions.
 /// What real ClickHouse does with these statements is tested against Debian's server and chdb's parser.
 pub mod clickhouse_seam {
-    use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
 
     use sentry_tenants::provision::{ChError, ClickHouse, sha256_hex};
 
+    pub use crate::clickhouse_model::Model;
+
     #[derive(Default)]
     struct State {
-        statements: Vec<String>,
-        users: HashMap<String, String>,
-        locked: HashMap<String, bool>,
+        model: Model,
         fail_with: Option<ChError>,
         /// Queries still answered before `fail_with` takes effect.
         fail_in: usize,
@@ -931,45 +932,37 @@ pub mod clickhouse_seam {
             }
         }
         pub fn statements(&self) -> Vec<String> {
-            self.state.lock().unwrap().statements.clone()
+            self.state.lock().unwrap().model.statements.clone()
         }
         pub fn ddl(&self) -> Vec<String> {
-            self.statements()
-                .into_iter()
-                .filter(|s| !s.starts_with("SELECT"))
-                .collect()
+            self.state.lock().unwrap().model.ddl()
         }
         pub fn clear(&self) {
-            self.state.lock().unwrap().statements.clear();
+            self.state.lock().unwrap().model.statements.clear();
         }
         /// A user that exists in ClickHouse with some password (made by hand, or by a lost run).
         pub fn add_user(&self, user: &str, password: &str) {
             self.state
                 .lock()
                 .unwrap()
+                .model
                 .users
                 .insert(user.to_owned(), sha256_hex(password));
         }
         pub fn user_hash(&self, user: &str) -> Option<String> {
-            self.state.lock().unwrap().users.get(user).cloned()
+            self.state.lock().unwrap().model.users.get(user).cloned()
         }
         /// Every user and its password hash.
-        pub fn users(&self) -> HashMap<String, String> {
-            self.state.lock().unwrap().users.clone()
+        pub fn users(&self) -> std::collections::HashMap<String, String> {
+            self.state.lock().unwrap().model.users.clone()
         }
         /// Whether `user`'s logins are locked (`HOST NONE`), as the last statement about it left them.
         pub fn is_locked(&self, user: &str) -> Option<bool> {
-            self.state.lock().unwrap().locked.get(user).copied()
+            self.state.lock().unwrap().model.locked.get(user).copied()
         }
         /// Statements that changed an existing user's password.
         pub fn password_changes(&self) -> usize {
-            self.state
-                .lock()
-                .unwrap()
-                .statements
-                .iter()
-                .filter(|s| s.starts_with("ALTER USER ") && s.contains(" BY "))
-                .count()
+            self.state.lock().unwrap().model.password_changes()
         }
         /// Every later query fails with `error` until `recover`.
         pub fn fail(&self, error: ChError) {
@@ -1001,48 +994,11 @@ pub mod clickhouse_seam {
         }
     }
 
-    fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
-        let rest = &sql[sql.find(marker)? + marker.len()..];
-        let quote = rest.chars().next()?;
-        let rest = &rest[1..];
-        Some(&rest[..rest.find(quote)?])
-    }
-
     impl ClickHouse for RecordingClickHouse {
         async fn query(&self, sql: &str) -> Result<String, ChError> {
             let mut st = self.state.lock().unwrap();
             st.failure()?;
-            st.statements.push(sql.to_owned());
-            if sql == "SELECT version()" {
-                return Ok(format!("{}\n", self.version));
-            }
-            if sql.starts_with("SELECT count() FROM system.users") {
-                let user = quoted_after(sql, "name = ").unwrap_or_default();
-                return Ok(format!("{}\n", u8::from(st.users.contains_key(user))));
-            }
-            let host_locked = sql.contains(" HOST NONE");
-            if sql.starts_with("CREATE USER IF NOT EXISTS ") {
-                let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
-                    .unwrap_or_default()
-                    .to_owned();
-                let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
-                if !st.users.contains_key(&user) {
-                    st.locked.insert(user.clone(), host_locked);
-                    st.users.insert(user, hash);
-                }
-            } else if sql.starts_with("ALTER USER ") {
-                let user = quoted_after(sql, "ALTER USER ")
-                    .unwrap_or_default()
-                    .to_owned();
-                if sql.contains(" BY ") {
-                    let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
-                    st.users.insert(user.clone(), hash);
-                }
-                if sql.contains(" HOST ") {
-                    st.locked.insert(user, host_locked);
-                }
-            }
-            Ok(String::new())
+            Ok(st.model.answer(&self.version, sql))
         }
 
         async fn query_as(
@@ -1056,13 +1012,14 @@ pub mod clickhouse_seam {
             if matches!(st.fail_with, Some(ChError::Unreachable(_))) {
                 st.failure()?;
             }
-            match st.users.get(user) {
-                Some(hash) if *hash == sha256_hex(password) => Ok(format!("{user}\n")),
-                _ => Err(ChError::Server {
+            if st.model.password_matches(user, password) {
+                Ok(format!("{user}\n"))
+            } else {
+                Err(ChError::Server {
                     status: 516,
                     code: Some(516),
                     message: "Authentication failed".into(),
-                }),
+                })
             }
         }
     }

@@ -11,12 +11,15 @@ mod api_rules;
 mod install;
 mod leader;
 mod operator;
+mod provision;
 mod uninstall;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
+use kube::api::{Api, PostParams};
 use sentry_tenants::clock::Clock;
 use sentry_tenants::config::OperatorConfig;
 use sentry_tenants::controller::{Context, Stores, run_controllers};
@@ -55,6 +58,43 @@ impl Setup {
         install(&self.admin, &self.values(), &opts, &Progress::Quiet)
             .await
             .unwrap_or_else(|e| panic!("install into {}: {e}", self.ns));
+    }
+
+    /// `install` as a user would run it: the ClickHouse admin Secret first, then install, waiting
+    /// for the operator's rollout (its pods run by the stand-in kubelet).
+    pub async fn install_with_clickhouse(&self, url: &str, admin: (&str, &str)) {
+        let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), &self.ns);
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "clickhouse-admin"},
+            "stringData": {"username": admin.0, "password": admin.1},
+        }))
+        .expect("a Secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create the admin Secret");
+        let values = Values {
+            clickhouse_url: url.to_owned(),
+            ..self.values()
+        }
+        .validate()
+        .expect("valid values");
+        let opts = InstallOptions {
+            timeout: sentry_tenants_tests::PATIENCE,
+            ..InstallOptions::default()
+        };
+        install(&self.admin, &values, &opts, &Progress::Quiet)
+            .await
+            .unwrap_or_else(|e| panic!("install into {}: {e}", self.ns));
+    }
+
+    /// `kubectl apply -n <ns> -f -` of `yaml`; panics with kubectl's message if refused.
+    pub fn apply(&self, yaml: &str) {
+        let (ok, _, err) = self
+            .plane
+            .kubectl(&["apply", "-n", &self.ns, "-f", "-"], Some(yaml));
+        assert!(ok, "kubectl apply refused:\n{yaml}\n{err}");
     }
 
     /// A client authenticated as one of the namespace's ServiceAccounts.

@@ -1,0 +1,101 @@
+//! What a ClickHouse server remembers of the provisioner's statements, for the test doubles that answer
+//! them (the in-process seam and the HTTP stand-in): every statement, each user's password hash, and
+//! whether its logins are locked (`HOST NONE`). Statements are read the way the provisioner writes them
+//! (`sql.rs`); the real server's reading of them is checked against Debian's ClickHouse and chdb's parser.
+
+use std::collections::HashMap;
+
+#[derive(Default, Debug)]
+pub struct Model {
+    pub statements: Vec<String>,
+    /// User → hex SHA-256 of its password, as `IDENTIFIED WITH sha256_hash BY` set it.
+    pub users: HashMap<String, String>,
+    pub locked: HashMap<String, bool>,
+}
+
+fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
+    let rest = &sql[sql.find(marker)? + marker.len()..];
+    let quote = rest.chars().next()?;
+    let rest = &rest[1..];
+    Some(&rest[..rest.find(quote)?])
+}
+
+/// Hex SHA-256, computed here and not with the provisioner's helper, so a login check does not compare
+/// the product's function with itself.
+pub fn sha256_hex(s: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, s.as_bytes())
+        .as_ref()
+        .iter()
+        .fold(String::with_capacity(64), |mut out, b| {
+            use std::fmt::Write;
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+impl Model {
+    /// Records `sql` and answers it as a server of `version` would.
+    pub fn answer(&mut self, version: &str, sql: &str) -> String {
+        self.statements.push(sql.to_owned());
+        if sql == "SELECT version()" {
+            return format!("{version}\n");
+        }
+        if sql.starts_with("SELECT count() FROM system.users") {
+            let user = quoted_after(sql, "name = ").unwrap_or_default();
+            return format!("{}\n", u8::from(self.users.contains_key(user)));
+        }
+        if sql == "SELECT 1" {
+            return "1\n".to_owned();
+        }
+        let host_locked = sql.contains(" HOST NONE");
+        if sql.starts_with("CREATE USER IF NOT EXISTS ") {
+            let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
+                .unwrap_or_default()
+                .to_owned();
+            let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
+            if !self.users.contains_key(&user) {
+                self.locked.insert(user.clone(), host_locked);
+                self.users.insert(user, hash);
+            }
+        } else if sql.starts_with("ALTER USER ") {
+            let user = quoted_after(sql, "ALTER USER ")
+                .unwrap_or_default()
+                .to_owned();
+            if sql.contains(" BY ") {
+                let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
+                self.users.insert(user.clone(), hash);
+            }
+            if sql.contains(" HOST ") {
+                self.locked.insert(user, host_locked);
+            }
+        }
+        String::new()
+    }
+
+    pub fn ddl(&self) -> Vec<String> {
+        self.statements
+            .iter()
+            .filter(|s| !s.starts_with("SELECT"))
+            .cloned()
+            .collect()
+    }
+
+    /// Statements that changed an existing user's password.
+    pub fn password_changes(&self) -> usize {
+        self.statements
+            .iter()
+            .filter(|s| s.starts_with("ALTER USER ") && s.contains(" BY "))
+            .count()
+    }
+
+    pub fn password_matches(&self, user: &str, password: &str) -> bool {
+        self.users
+            .get(user)
+            .is_some_and(|h| *h == sha256_hex(password))
+    }
+
+    /// Whether `user` may log in with `password`: the right password and logins not locked.
+    pub fn may_log_in(&self, user: &str, password: &str) -> bool {
+        self.password_matches(user, password) && !self.locked.get(user).copied().unwrap_or(false)
+    }
+}

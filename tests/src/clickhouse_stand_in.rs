@@ -1,0 +1,287 @@
+//! The ClickHouse HTTP **stand-in** of the real control plane tier (test code only, never in the
+//! product): no ClickHouse >= 20.4 can be installed on the machines this project is built on, and the
+//! provisioner's success path needs SQL users. It speaks ClickHouse's HTTP interface (credentials in
+//! `X-ClickHouse-User`/`X-ClickHouse-Key`, Basic auth or `?user=&password=`; errors as HTTP status,
+//! `X-ClickHouse-Exception-Code` and `Code: N. DB::Exception: …`), runs **every statement through chdb's
+//! current ClickHouse parser** (a syntax error is answered with Code 62, as the server would), records
+//! it, and answers from [`Model`]: the version, `system.users`, DDL, `ALTER USER … HOST`, and a tenant's
+//! login checked against the stored SHA-256 and lock. It does not execute SQL, check grants or
+//! privileges, or store data.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::clickhouse_model::Model;
+
+/// A current ClickHouse version, as `SELECT version()` answers.
+pub const VERSION: &str = "26.9.1.1";
+
+/// chdb's parser in one long-lived Python process (`tests/chdb_parse.py --serve`).
+struct Parser {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Parser {
+    fn start() -> Self {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let python = root.join("../target/chdb-venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run `bash scripts/setup.sh` (it installs chdb-core)",
+            python.display()
+        );
+        let mut child = Command::new(python)
+            .arg(root.join("chdb_parse.py"))
+            .arg("--serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start chdb's parser");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// `Ok(formatted)` or `Err(parser message)`.
+    fn check(&mut self, sql: &str) -> Result<String, String> {
+        writeln!(self.stdin, "{}", serde_json::Value::String(sql.to_owned()))
+            .expect("write to chdb");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read from chdb");
+        let answer: serde_json::Value = serde_json::from_str(&line).expect("chdb answers JSON");
+        match (answer["ok"].as_str(), answer["error"].as_str()) {
+            (Some(ok), _) => Ok(ok.to_owned()),
+            (_, Some(e)) => Err(e.to_owned()),
+            _ => Err(format!("unexpected answer from chdb: {line}")),
+        }
+    }
+}
+
+impl Drop for Parser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Inner {
+    model: Model,
+    parser: Parser,
+    /// Statements chdb refused (a provisioner bug the tests fail on).
+    refused: Vec<String>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    admin: (String, String),
+    inner: Arc<Mutex<Inner>>,
+}
+
+pub struct ClickHouseStandIn {
+    pub url: String,
+    shared: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Deserialize, Default)]
+struct Credentials {
+    user: Option<String>,
+    password: Option<String>,
+    query: Option<String>,
+}
+
+fn error(status: StatusCode, code: u32, message: &str) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "X-ClickHouse-Exception-Code",
+        code.to_string().parse().expect("a header value"),
+    );
+    (
+        status,
+        headers,
+        format!("Code: {code}. DB::Exception: {message}. (stand-in)\n"),
+    )
+        .into_response()
+}
+
+fn basic(headers: &HeaderMap) -> Option<(String, String)> {
+    let value = headers
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Basic ")?;
+    let decoded = decode_base64(value)?;
+    let (u, p) = decoded.split_once(':')?;
+    Some((u.to_owned(), p.to_owned()))
+}
+
+fn decode_base64(s: &str) -> Option<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in s.trim_end_matches('=').bytes() {
+        bits = (bits << 6) | ALPHABET.iter().position(|a| *a == c)? as u32;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+async fn handle(
+    State(s): State<Shared>,
+    Query(q): Query<Credentials>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (user, password) = match (
+        header("X-ClickHouse-User"),
+        header("X-ClickHouse-Key"),
+        basic(&headers),
+    ) {
+        (Some(u), k, _) => (u, k.unwrap_or_default()),
+        (None, _, Some(b)) => b,
+        _ => (
+            q.user.clone().unwrap_or_else(|| "default".into()),
+            q.password.clone().unwrap_or_default(),
+        ),
+    };
+    let sql = if body.trim().is_empty() {
+        q.query.clone().unwrap_or_default()
+    } else {
+        body
+    };
+    let sql = sql.trim().trim_end_matches(';').to_owned();
+    let s2 = s.clone();
+    tokio::task::spawn_blocking(move || answer(&s2, &user, &password, &sql))
+        .await
+        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, 1001, &e.to_string()))
+}
+
+fn answer(s: &Shared, user: &str, password: &str, sql: &str) -> Response {
+    let mut inner = s.inner.lock().expect("stand-in lock");
+    let is_admin = (user, password) == (s.admin.0.as_str(), s.admin.1.as_str());
+    if !is_admin && !inner.model.may_log_in(user, password) {
+        return error(
+            StatusCode::FORBIDDEN,
+            516,
+            &format!(
+                "{user}: Authentication failed: password is incorrect, or there is no user with such name"
+            ),
+        );
+    }
+    if let Err(message) = inner.parser.check(sql) {
+        inner.refused.push(sql.to_owned());
+        return error(
+            StatusCode::BAD_REQUEST,
+            62,
+            &format!("Syntax error: {message}"),
+        );
+    }
+    if !is_admin {
+        // A tenant's own session: the provisioner only checks that it can log in.
+        return (StatusCode::OK, "1\n").into_response();
+    }
+    (StatusCode::OK, inner.model.answer(VERSION, sql)).into_response()
+}
+
+impl ClickHouseStandIn {
+    /// Listens on `ip` (the cluster bridge's address, so pods reach it) with the admin's credentials.
+    pub async fn start(ip: &str, admin_user: &str, admin_password: &str) -> Self {
+        let shared = Shared {
+            admin: (admin_user.to_owned(), admin_password.to_owned()),
+            inner: Arc::new(Mutex::new(Inner {
+                model: Model::default(),
+                parser: tokio::task::spawn_blocking(Parser::start)
+                    .await
+                    .expect("start the parser"),
+                refused: Vec::new(),
+            })),
+        };
+        let listener = tokio::net::TcpListener::bind((ip, 0))
+            .await
+            .expect("bind the stand-in");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let app = axum::Router::new()
+            .route("/", axum::routing::post(handle).get(handle))
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { url, shared, task }
+    }
+
+    pub fn statements(&self) -> Vec<String> {
+        self.shared
+            .inner
+            .lock()
+            .expect("lock")
+            .model
+            .statements
+            .clone()
+    }
+
+    pub fn refused(&self) -> Vec<String> {
+        self.shared.inner.lock().expect("lock").refused.clone()
+    }
+
+    pub fn user_hash(&self, user: &str) -> Option<String> {
+        self.shared
+            .inner
+            .lock()
+            .expect("lock")
+            .model
+            .users
+            .get(user)
+            .cloned()
+    }
+
+    pub fn is_locked(&self, user: &str) -> Option<bool> {
+        self.shared
+            .inner
+            .lock()
+            .expect("lock")
+            .model
+            .locked
+            .get(user)
+            .copied()
+    }
+
+    pub fn may_log_in(&self, user: &str, password: &str) -> bool {
+        self.shared
+            .inner
+            .lock()
+            .expect("lock")
+            .model
+            .may_log_in(user, password)
+    }
+}
+
+impl Drop for ClickHouseStandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

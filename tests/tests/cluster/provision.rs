@@ -1,0 +1,142 @@
+//! Provisioning end to end: `kubectl apply` a Tenant and a Provision run; the real Job controller makes
+//! the pod, Pod Security admits it, the stand-in kubelet runs `provision-tenant` as the provisioner's
+//! ServiceAccount, and ClickHouse answers — the HTTP stand-in as a current server, or Debian's 18.16
+//! as the old server it is.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
+use sentry_tenants_tests::clickhouse_server::{ADMIN, ADMIN_PASSWORD, ClickHouseServer};
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::control_plane::wait_until;
+
+use crate::{Setup, setup};
+
+const ADMIN_USER: &str = "ch-admin";
+const ADMIN_PASS: &str = "ch-admin-password";
+
+pub fn tenant(name: &str, suspended: bool) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  suspended: {suspended}\n"
+    )
+}
+
+pub fn provision_run(name: &str, tenant: &str, ttl: u32) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: {name}\nspec:\n  tenant: {tenant}\n  action: Provision\n  ttlSecondsAfterFinished: {ttl}\n"
+    )
+}
+
+pub async fn finished(s: &Setup, run: &str) -> RunJob {
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(&format!("{run} to finish"), async || {
+        let r = runs.get_opt(run).await.ok()??;
+        r.status.as_ref()?.phase.filter(|p| p.is_finished())?;
+        Some(r)
+    })
+    .await
+}
+
+pub async fn tenant_in_phase(s: &Setup, name: &str, phase: TenantPhase) -> Tenant {
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(&format!("tenant {name} {phase:?}"), async || {
+        let t = tenants.get(name).await.ok()?;
+        (t.phase() == Some(phase)).then_some(t)
+    })
+    .await
+}
+
+/// The tenant's password, from the Secret the provisioner wrote.
+pub async fn password(s: &Setup, tenant: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
+    let secret = secrets.get(&format!("{tenant}-clickhouse")).await.unwrap();
+    String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_is_cleaned_up() {
+    let s = setup("provision").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN_USER, ADMIN_PASS).await;
+    s.install_with_clickhouse(&ch.url, (ADMIN_USER, ADMIN_PASS))
+        .await;
+    s.apply(&tenant("acme", false));
+    s.apply(&provision_run("acme-provision-1", "acme", 5));
+
+    let run = finished(&s, "acme-provision-1").await;
+    let status = run.status.clone().unwrap();
+    assert_eq!(status.phase, Some(RunPhase::Succeeded), "{status:#?}");
+    assert!(
+        status.log_tail.as_deref().is_some_and(|l| !l.is_empty()),
+        "the run's log tail, read through the apiserver from the kubelet: {status:#?}"
+    );
+    let acme = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
+    let secret = secrets.get("acme-clickhouse").await.unwrap();
+    assert!(
+        secret
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == acme.metadata.uid.as_ref()),
+        "the credentials Secret is owned by its tenant"
+    );
+    let pw = password(&s, "acme").await;
+    assert!(
+        ch.may_log_in("tenant_acme_user", &pw),
+        "the Secret's password logs in"
+    );
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    assert!(
+        ch.statements().iter().any(|q| q.starts_with("GRANT ")),
+        "{:?}",
+        ch.statements()
+    );
+
+    // Cleanup after the TTL: the RunJob goes, the real garbage collector takes its Job and pod.
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    let jobs: Api<Job> = Api::namespaced(s.admin.clone(), &s.ns);
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let of_run = ListParams::default().labels("batch.kubernetes.io/job-name=acme-provision-1");
+    wait_until("the run, its Job and its pod cleaned up", async || {
+        let gone = runs.get_opt("acme-provision-1").await.ok()?.is_none()
+            && jobs.get_opt("acme-provision-1").await.ok()?.is_none()
+            && pods.list(&of_run).await.ok()?.items.is_empty();
+        gone.then_some(())
+    })
+    .await;
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    let history = tenants.get("acme").await.unwrap().history().to_vec();
+    assert_eq!(history.len(), 1, "{history:#?}");
+    assert_eq!(
+        (history[0].name.as_str(), history[0].phase),
+        ("acme-provision-1", RunPhase::Succeeded)
+    );
+    s.assert_no_forbidden();
+}
+
+#[tokio::test]
+async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too_old() {
+    let s = setup("provision-old").await;
+    let gateway = s.plane.gateway();
+    let server = tokio::task::spawn_blocking(move || ClickHouseServer::start_on(&gateway))
+        .await
+        .unwrap();
+    s.install_with_clickhouse(&server.url(), (ADMIN, ADMIN_PASSWORD))
+        .await;
+    s.apply(&tenant("acme", false));
+    s.apply(&provision_run("acme-provision-1", "acme", 300));
+
+    let run = finished(&s, "acme-provision-1").await;
+    let status = run.status.unwrap();
+    assert_eq!(status.phase, Some(RunPhase::Failed));
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("ClickHouse 18.16")
+            && message.contains("is too old: it has no SQL access control"),
+        "the pod's termination message is the run's message: {message}"
+    );
+    let failed = tenant_in_phase(&s, "acme", TenantPhase::Failed).await;
+    assert!(!failed.is_provisioned());
+    s.assert_no_forbidden();
+}
