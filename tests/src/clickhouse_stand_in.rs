@@ -80,6 +80,8 @@ impl Drop for Parser {
 
 struct Inner {
     model: Model,
+    /// Each answer waits this long: a slow server, so a test can act while a run is in flight.
+    delay: std::time::Duration,
     parser: Parser,
     /// Statements chdb refused (a provisioner bug the tests fail on).
     refused: Vec<String>,
@@ -175,6 +177,8 @@ async fn handle(
         body
     };
     let sql = sql.trim().trim_end_matches(';').to_owned();
+    let delay = s.inner.lock().expect("stand-in lock").delay;
+    tokio::time::sleep(delay).await;
     let s2 = s.clone();
     tokio::task::spawn_blocking(move || answer(&s2, &user, &password, &sql))
         .await
@@ -215,6 +219,7 @@ impl ClickHouseStandIn {
             admin: (admin_user.to_owned(), admin_password.to_owned()),
             inner: Arc::new(Mutex::new(Inner {
                 model: Model::default(),
+                delay: std::time::Duration::ZERO,
                 parser: tokio::task::spawn_blocking(Parser::start)
                     .await
                     .expect("start the parser"),
@@ -232,6 +237,10 @@ impl ClickHouseStandIn {
             let _ = axum::serve(listener, app).await;
         });
         Self { url, shared, task }
+    }
+
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.shared.inner.lock().expect("lock").delay = delay;
     }
 
     pub fn statements(&self) -> Vec<String> {

@@ -12,6 +12,8 @@ mod install;
 mod leader;
 mod operator;
 mod provision;
+mod replicas;
+mod suspend;
 mod uninstall;
 
 use std::path::PathBuf;
@@ -63,6 +65,10 @@ impl Setup {
     /// `install` as a user would run it: the ClickHouse admin Secret first, then install, waiting
     /// for the operator's rollout (its pods run by the stand-in kubelet).
     pub async fn install_with_clickhouse(&self, url: &str, admin: (&str, &str)) {
+        self.install_replicas(url, admin, 1).await;
+    }
+
+    pub async fn install_replicas(&self, url: &str, admin: (&str, &str), replicas: u8) {
         let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), &self.ns);
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -76,6 +82,7 @@ impl Setup {
             .expect("create the admin Secret");
         let values = Values {
             clickhouse_url: url.to_owned(),
+            replicas,
             ..self.values()
         }
         .validate()
@@ -101,6 +108,17 @@ impl Setup {
     pub async fn as_account(&self, account: &str) -> (Client, PathBuf) {
         let path = service_account_kubeconfig(self.plane, &self.admin, &self.ns, account).await;
         (client_from(&path).await, path)
+    }
+
+    /// Successful creates of `resource` named `name` in this namespace, from the audit log.
+    pub fn creates(&self, resource: &str, name: &str) -> usize {
+        self.plane
+            .audit_events()
+            .iter()
+            .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == resource)
+            .filter(|e| e["objectRef"]["namespace"] == self.ns.as_str())
+            .filter(|e| e["objectRef"]["name"] == name && e["responseStatus"]["code"] == 201)
+            .count()
     }
 
     /// Fails on any request of our accounts in this namespace that the apiserver forbade.
@@ -139,9 +157,15 @@ pub struct Operator {
 
 impl Operator {
     pub async fn start(setup: &Setup) -> Self {
+        Self::start_leading(setup, true).await
+    }
+
+    /// With `leading: false` the caches follow the cluster but nothing reconciles (the installed
+    /// operator's pod does): what a replica that lost the election serves its dashboard from.
+    pub async fn start_leading(setup: &Setup, leading: bool) -> Self {
         let (client, _) = setup.as_account("sentry-tenants").await;
         let (stores, writers) = Stores::shared();
-        let (leader, leader_rx) = watch::channel(true);
+        let (leader, leader_rx) = watch::channel(leading);
         let ctx = Arc::new(Context::new(
             client,
             OperatorConfig::for_namespace(&setup.ns),
@@ -162,6 +186,31 @@ impl Operator {
             stop,
             task,
         }
+    }
+
+    /// The dashboard's router over this operator's caches and client, as `run` serves it.
+    pub fn dashboard(&self) -> axum::Router {
+        use sentry_tenants::web::actions::Actions;
+        use sentry_tenants::web::backend::ClusterBackend;
+        use sentry_tenants::web::dashboard::{Dashboard, router};
+        let stores = self.ctx.stores.clone();
+        let namespace = self.ctx.config.namespace.clone();
+        router(Dashboard {
+            backend: Arc::new(ClusterBackend {
+                client: self.ctx.client.clone(),
+                stores: stores.clone(),
+                namespace: namespace.clone(),
+                read_only: false,
+                clock: Clock::System,
+            }),
+            actions: Arc::new(Actions {
+                client: self.ctx.client.clone(),
+                stores: stores.clone(),
+                namespace,
+            }),
+            changes: stores.changes.subscribe(),
+            read_only: false,
+        })
     }
 
     pub async fn stop(self) {

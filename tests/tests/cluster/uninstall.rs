@@ -136,3 +136,58 @@ async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant
     })
     .await;
 }
+
+/// The defect: uninstall stripped the RunJobs' finalizers while the operator still ran, and the
+/// operator put them back (rule 2), leaving runs nobody would ever let go.
+#[tokio::test]
+async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer() {
+    use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+    let s = setup("uninstall-running").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
+        .await;
+    s.apply(&crate::provision::tenant("acme", false));
+    s.apply(&crate::provision::provision_run(
+        "acme-provision-1",
+        "acme",
+        3600,
+    ));
+    crate::provision::finished(&s, "acme-provision-1").await;
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    assert!(
+        runs.get("acme-provision-1")
+            .await
+            .unwrap()
+            .finalizers()
+            .iter()
+            .any(|f| f == RUNJOB_FINALIZER)
+    );
+
+    let report = uninstall(
+        &s.admin,
+        &s.ns,
+        &UninstallOptions::default(),
+        &Progress::Quiet,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.released_finalizers,
+        [format!("RunJob {}/acme-provision-1", s.ns)]
+    );
+    // Had an operator survived, it would have put the finalizer back by now (it watches RunJobs).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let run = runs.get("acme-provision-1").await.unwrap();
+    assert!(run.finalizers().is_empty(), "{:?}", run.finalizers());
+    runs.delete("acme-provision-1", &Default::default())
+        .await
+        .unwrap();
+    wait_until("the run deleted, nothing holding it", async || {
+        runs.get_opt("acme-provision-1")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,165 @@
+//! The installed operator as pods: two replicas and the Lease between them, a leader that dies, and an
+//! operator restarted while a run is in flight. Each Job is created exactly once (the audit log counts).
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
+use sentry_tenants::leader::LEASE_NAME;
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::control_plane::wait_until;
+
+use crate::provision::{finished, provision_run, tenant, tenant_in_phase};
+use crate::{Setup, setup};
+
+const OPERATOR_PODS: &str =
+    "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";
+
+async fn ready_operator_pods(s: &Setup, n: usize) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(&format!("{n} ready operator pod(s)"), async || {
+        let list = pods
+            .list(&ListParams::default().labels(OPERATOR_PODS))
+            .await
+            .ok()?;
+        let ready: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .collect();
+        (ready.len() == n).then_some(ready)
+    })
+    .await
+}
+
+async fn holder(s: &Setup) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
+    leases
+        .get_opt(LEASE_NAME)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+#[tokio::test]
+async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader_left() {
+    let s = setup("replicas").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    s.install_replicas(&ch.url, ("ch-admin", "ch-admin-password"), 2)
+        .await;
+    let pods = ready_operator_pods(&s, 2).await;
+    let leader = wait_until("a leader", async || holder(&s).await).await;
+    assert!(
+        pods.iter().any(|p| p.name_any() == leader),
+        "{leader} is one of the pods"
+    );
+
+    s.apply(&tenant("acme", false));
+    s.apply(&provision_run("acme-provision-1", "acme", 20));
+    finished(&s, "acme-provision-1").await;
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+
+    // The leader dies without releasing its Lease (no grace period).
+    let all_pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    all_pods.delete(&leader, &dp).await.unwrap();
+    // Work left behind: a suspension to enforce, and the run's cleanup when its TTL runs out.
+    let (ok, _, err) = s.plane.kubectl(
+        &[
+            "patch",
+            "tenant",
+            "acme",
+            "-n",
+            &s.ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"suspended":true}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let next = wait_until("another leader", async || {
+        holder(&s).await.filter(|h| *h != leader)
+    })
+    .await;
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until("the suspension enforced by the new leader", async || {
+        let t = tenants.get("acme").await.ok()?;
+        (t.access_locked() && t.phase() == Some(TenantPhase::Suspended)).then_some(())
+    })
+    .await;
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until("the inherited cleanup", async || {
+        runs.get_opt("acme-provision-1")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_ne!(next, leader);
+    assert_eq!(
+        s.creates("jobs", "acme-provision-1"),
+        1,
+        "one Job for the run"
+    );
+    s.assert_no_forbidden();
+}
+
+#[tokio::test]
+async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job() {
+    let s = setup("restart").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
+        .await;
+    let operator = ready_operator_pods(&s, 1).await.remove(0);
+    s.apply(&tenant("acme", false));
+    // A slow ClickHouse keeps the provisioning pod busy while the operator restarts.
+    ch.set_delay(Duration::from_millis(700));
+    s.apply(&provision_run("acme-provision-1", "acme", 300));
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until("the run Running", async || {
+        let r = runs.get_opt("acme-provision-1").await.ok()??;
+        (r.status?.phase == Some(RunPhase::Running)).then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    pods.delete(&operator.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    let replacement = wait_until("a new operator pod", async || {
+        let list = pods
+            .list(&ListParams::default().labels(OPERATOR_PODS))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .find(|p| p.name_any() != operator.name_any())
+    })
+    .await;
+    ch.set_delay(Duration::ZERO);
+    let run = finished(&s, "acme-provision-1").await;
+    assert_eq!(run.status.unwrap().phase, Some(RunPhase::Succeeded));
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    assert_eq!(
+        s.creates("jobs", "acme-provision-1"),
+        1,
+        "one Job for the run across the restart"
+    );
+    assert_ne!(replacement.name_any(), operator.name_any());
+    s.assert_no_forbidden();
+}

@@ -1,0 +1,106 @@
+//! Suspend and Resume on the real control plane, with the installed operator (its pod run by the
+//! stand-in kubelet) doing the reconciling: by `kubectl patch` and by the dashboard's form post.
+//! What counts is what ClickHouse was told (the stand-in's statements) and what a login can do.
+
+use axum::body::Body;
+use http::{Request, StatusCode, header};
+use kube::api::Api;
+use sentry_tenants::crd::{Tenant, TenantPhase};
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::control_plane::wait_until;
+use tower::ServiceExt;
+
+use crate::provision::{finished, password, provision_run, tenant, tenant_in_phase};
+use crate::{Operator, setup};
+
+const USER: &str = "tenant_acme_user";
+
+fn host_statements(ch: &ClickHouseStandIn, host: &str) -> usize {
+    let wanted = format!("ALTER USER `{USER}` HOST {host}");
+    ch.statements().iter().filter(|s| **s == wanted).count()
+}
+
+async fn access_locked(tenants: &Api<Tenant>, locked: bool) -> Tenant {
+    wait_until(
+        &format!("accessLocked {locked} with its condition"),
+        async || {
+            let t = tenants.get("acme").await.ok()?;
+            let status = t.status.as_ref()?;
+            let condition = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "AccessLocked")?;
+            let want = if locked { "True" } else { "False" };
+            (status.access_locked == Some(locked) && condition.status.as_str() == want)
+                .then_some(t.clone())
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn suspend_by_kubectl_and_resume_by_the_dashboard_lock_and_unlock_the_login_once_each() {
+    let s = setup("suspend").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
+        .await;
+    s.apply(&tenant("acme", false));
+    s.apply(&provision_run("acme-provision-1", "acme", 300));
+    finished(&s, "acme-provision-1").await;
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let pw = password(&s, "acme").await;
+    assert!(ch.may_log_in(USER, &pw));
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+
+    // Suspend, as a platform engineer would from a terminal.
+    let (ok, _, err) = s.plane.kubectl(
+        &[
+            "patch",
+            "tenant",
+            "acme",
+            "-n",
+            &s.ns,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"suspended":true}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let t = access_locked(&tenants, true).await;
+    assert_eq!(t.phase(), Some(TenantPhase::Suspended));
+    assert!(
+        !ch.may_log_in(USER, &pw),
+        "a suspended tenant cannot log in"
+    );
+    assert_eq!(host_statements(&ch, "NONE"), 1, "{:#?}", ch.statements());
+
+    // Resume from the dashboard: its form post, through the router `run` serves, as the operator's
+    // ServiceAccount (this replica only serves; the installed operator reconciles).
+    let dashboard = Operator::start_leading(&s, false).await;
+    let post = Request::post("/actions/tenants/acme/resume")
+        .header(header::HOST, "127.0.0.1:8080")
+        .header(header::ORIGIN, "http://127.0.0.1:8080")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from("return_to=%2Ftenants%2Facme"))
+        .unwrap();
+    let reply = dashboard.dashboard().oneshot(post).await.unwrap();
+    assert_eq!(reply.status(), StatusCode::SEE_OTHER);
+    let t = access_locked(&tenants, false).await;
+    assert_eq!(t.phase(), Some(TenantPhase::Active));
+    assert!(
+        ch.may_log_in(USER, &pw),
+        "resumed: the same password logs in again"
+    );
+    assert_eq!(host_statements(&ch, "ANY"), 1, "{:#?}", ch.statements());
+    assert_eq!(
+        host_statements(&ch, "NONE"),
+        1,
+        "no second lock: {:#?}",
+        ch.statements()
+    );
+    assert!(ch.refused().is_empty(), "{:?}", ch.refused());
+    dashboard.stop().await;
+    s.assert_no_forbidden();
+}
