@@ -395,11 +395,17 @@ async fn with_pod_outcome(run: &RunJob, mut desired: RunJobStatus, ctx: &Context
         limit_bytes: Some(LOG_TAIL_BYTES),
         ..LogParams::default()
     };
-    if let Ok(log) = pods.logs(&pod.name_any(), &params).await {
+    // The log comes from the pod's node through the apiserver: a node that stopped answering must not
+    // hold this reconcile (and with it a graceful shutdown) forever. The tail is a courtesy.
+    let read = tokio::time::timeout(LOG_READ_TIMEOUT, pods.logs(&pod.name_any(), &params)).await;
+    if let Ok(Ok(log)) = read {
         desired.log_tail = Some(log);
     }
     desired
 }
+
+/// How long a finished run waits for its pod's log tail before recording the run without it.
+const LOG_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn announce_transition(
     run: &RunJob,

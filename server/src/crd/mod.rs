@@ -23,7 +23,32 @@ pub const RUNJOB_FINALIZER: &str = "sentry.io/runjob-cleanup";
 
 /// Both CRDs, in the order they are applied.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![Tenant::crd(), RunJob::crd()]
+    vec![with_optional_spec(Tenant::crd()), RunJob::crd()]
+}
+
+/// Every field of a Tenant's spec is optional, so a Tenant written with no `spec:` at all must be
+/// admitted (kube-derive marks `spec` required; the real apiserver refused `kubectl apply` of a bare
+/// Tenant). The apiserver defaults it to `{}`, so every stored Tenant still has one.
+fn with_optional_spec(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON;
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        schema.required = schema
+            .required
+            .take()
+            .map(|r| r.into_iter().filter(|f| f != "spec").collect::<Vec<_>>())
+            .filter(|r| !r.is_empty());
+        if let Some(spec) = schema.properties.as_mut().and_then(|p| p.get_mut("spec")) {
+            spec.default = Some(JSON(serde_json::json!({})));
+        }
+    }
+    crd
 }
 
 /// The CRDs as one multi-document YAML stream: what `sentry-tenants crd` prints and `manifests/crds/` holds.

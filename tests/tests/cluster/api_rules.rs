@@ -15,10 +15,10 @@ fn run(name: &str, tenant: &str, action: &str) -> String {
     )
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
     let s = setup("api-rules").await;
-    s.install().await;
+    s.install_idle().await;
     let apply = |yaml: String| {
         s.plane
             .kubectl(&["apply", "-n", &s.ns, "-f", "-"], Some(&yaml))
@@ -49,10 +49,10 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_shows_the_printer_columns_and_short_names() {
     let s = setup("columns").await;
-    s.install().await;
+    s.install_idle().await;
     let (ok, _, err) = s
         .plane
         .kubectl(&["apply", "-n", &s.ns, "-f", "-"], Some(&tenant("acme")));
@@ -101,4 +101,36 @@ async fn kubectl_get_shows_the_printer_columns_and_short_names() {
         .split_whitespace()
         .collect();
     assert_eq!(row[..3], ["acme-provision-1", "acme", "Provision"], "{out}");
+}
+
+/// Found on this tier: the apiserver refused a Tenant written without `spec:` ("spec: Required
+/// value"), though every field of the spec is optional. Now it is admitted and defaulted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_with_no_spec_is_admitted_and_defaulted() {
+    let s = setup("bare-tenant").await;
+    s.install_idle().await;
+    let bare = "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: bare\n";
+    let (ok, _, err) = s
+        .plane
+        .kubectl(&["apply", "-n", &s.ns, "-f", "-"], Some(bare));
+    assert!(ok, "{err}");
+    let (ok, out, err) = s.plane.kubectl(
+        &[
+            "get",
+            "tenant",
+            "bare",
+            "-n",
+            &s.ns,
+            "-o",
+            "jsonpath={.spec}",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let spec: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        spec,
+        serde_json::json!({"suspended": false}),
+        "defaulted by the apiserver"
+    );
 }

@@ -9,7 +9,7 @@ use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, PostParams};
 use sentry_tenants::install::apply::{
     BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, api_for,
 };
-use sentry_tenants::install::check::{all_passed, preflight};
+use sentry_tenants::install::check::{all_passed, post_install, preflight};
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, install};
 use sentry_tenants_tests::control_plane::{fresh_namespace, wait_until};
 
@@ -25,7 +25,7 @@ fn no_wait() -> InstallOptions {
 /// resourceVersion of every object the install owns in `ns`, and of the CRDs.
 async fn versions(s: &crate::Setup) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for obj in s.values().objects().unwrap() {
+    for obj in s.idle_values().objects().unwrap() {
         let live = api_for(&s.admin, &obj).get(&obj.name_any()).await.unwrap();
         out.insert(
             sentry_tenants::install::apply::describe_obj(&obj),
@@ -35,8 +35,8 @@ async fn versions(s: &crate::Setup) -> BTreeMap<String, String> {
     out
 }
 
-#[tokio::test]
-async fn install_into_an_empty_namespace_is_admitted_established_and_labelled() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     let s = setup("install").await;
     // install creates its namespace itself: use a name nobody made.
     let ns_api: Api<Namespace> = Api::all(s.admin.clone());
@@ -44,9 +44,26 @@ async fn install_into_an_empty_namespace_is_admitted_established_and_labelled() 
     let values = sentry_tenants_tests::install_values(&target);
     let pre = preflight(&s.admin, &target).await;
     assert!(all_passed(&pre), "{pre:#?}");
-    install(&s.admin, &values, &no_wait(), &Progress::Quiet)
+    // Waits for the rollout: the Deployment's pod run by the stand-in kubelet, Ready by its probe.
+    let wait = InstallOptions {
+        timeout: sentry_tenants_tests::PATIENCE,
+        ..InstallOptions::default()
+    };
+    install(&s.admin, &values, &wait, &Progress::Quiet)
         .await
         .unwrap();
+    let checks = wait_until("every post-install check to pass", async || {
+        let lines = post_install(
+            &s.admin,
+            &target,
+            env!("CARGO_PKG_VERSION"),
+            jiff::Timestamp::now(),
+        )
+        .await;
+        all_passed(&lines).then_some(lines)
+    })
+    .await;
+    assert_eq!(checks.len(), 5, "{checks:#?}");
 
     let crds: Api<CustomResourceDefinition> = Api::all(s.admin.clone());
     for name in ["tenants.sentry.io", "runjobs.sentry.io"] {
@@ -86,12 +103,12 @@ async fn install_into_an_empty_namespace_is_admitted_established_and_labelled() 
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropped() {
     let s = setup("reinstall").await;
-    s.install().await;
+    s.install_idle().await;
     let before = versions(&s).await;
-    s.install().await;
+    s.install_idle().await;
     assert_eq!(
         versions(&s).await,
         before,
@@ -119,7 +136,7 @@ async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropp
         .create(&PostParams::default(), &dropped)
         .await
         .unwrap();
-    let report = install(&s.admin, &s.values(), &no_wait(), &Progress::Quiet)
+    let report = install(&s.admin, &s.idle_values(), &no_wait(), &Progress::Quiet)
         .await
         .unwrap();
     assert_eq!(
@@ -138,10 +155,10 @@ async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropp
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_field_another_manager_took_stops_install_until_force_conflicts() {
     let s = setup("conflict").await;
-    s.install().await;
+    s.install_idle().await;
     let patch = format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: sentry-tenants\n  namespace: {}\nspec:\n  replicas: 3\n",
         s.ns
@@ -158,7 +175,7 @@ async fn a_field_another_manager_took_stops_install_until_force_conflicts() {
         Some(&patch),
     );
     assert!(ok, "{err}");
-    let err = install(&s.admin, &s.values(), &no_wait(), &Progress::Quiet)
+    let err = install(&s.admin, &s.idle_values(), &no_wait(), &Progress::Quiet)
         .await
         .expect_err("install must stop on the conflict");
     let InstallError::Conflict {
@@ -181,7 +198,7 @@ async fn a_field_another_manager_took_stops_install_until_force_conflicts() {
         force_conflicts: true,
         ..no_wait()
     };
-    install(&s.admin, &s.values(), &forced, &Progress::Quiet)
+    install(&s.admin, &s.idle_values(), &forced, &Progress::Quiet)
         .await
         .unwrap();
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
@@ -190,7 +207,7 @@ async fn a_field_another_manager_took_stops_install_until_force_conflicts() {
     assert_eq!(d.spec.unwrap().replicas, Some(1), "taken back");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_pre_passes_for_an_admin_and_names_what_a_plain_user_may_not_do() {
     let s = setup("preflight").await;
     let pre = preflight(&s.admin, &s.ns).await;

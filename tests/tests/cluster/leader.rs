@@ -16,10 +16,10 @@ const LEASE: Duration = Duration::from_secs(6);
 
 /// The defect: a renew request that hangs (kube's client has no read timeout) kept the leader flag
 /// up after the Lease expired and another replica had taken over.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renew_that_hangs_stops_leading_before_the_lease_expires() {
     let s = setup("leader-hang").await;
-    s.install().await;
+    s.install_idle().await;
     let (_, kubeconfig) = s.as_account("sentry-tenants").await;
     let relay = FreezingRelay::start(s.plane.apiserver_addr()).await;
     let through_relay = client_from(&relay.kubeconfig_through(&kubeconfig)).await;

@@ -5,7 +5,8 @@
 //!
 //! Each test works in a namespace of its own. The operator's code runs in-process under the
 //! operator's own ServiceAccount (a TokenRequest token), so the RBAC the bundle ships authorises every
-//! request, and a 403 for one of our accounts in the audit log fails the test.
+//! request, and a 403 for one of our accounts in the audit log fails the test. Tests run on multi-thread
+//! runtimes, as `sentry-tenants run` does.
 
 mod api_rules;
 mod install;
@@ -32,6 +33,9 @@ use sentry_tenants_tests::control_plane::{
 };
 use tokio::sync::watch;
 
+/// An image no registry serves: the stand-in kubelet leaves its pods waiting with `ErrImagePull`.
+pub const IDLE_IMAGE: &str = "registry.invalid/sentry-tenants:idle";
+
 /// The cluster, an admin client, and a namespace of the test's own.
 pub struct Setup {
     pub plane: &'static ControlPlane,
@@ -51,13 +55,25 @@ impl Setup {
         sentry_tenants_tests::install_values(&self.ns)
     }
 
-    /// `install` into the test's namespace, without waiting for a rollout.
-    pub async fn install(&self) {
+    /// [`Self::values`] with an image the stand-in kubelet cannot pull.
+    pub fn idle_values(&self) -> Values {
+        Values {
+            image: IDLE_IMAGE.to_owned(),
+            ..self.values()
+        }
+        .validate()
+        .expect("valid values")
+    }
+
+    /// `install` into the test's namespace with an image nobody can pull, so the operator's pods wait
+    /// (`ErrImagePull`) instead of reconciling: for tests that run the operator's code in-process, or
+    /// none at all, and must not share the namespace with a second operator.
+    pub async fn install_idle(&self) {
         let opts = InstallOptions {
             wait: false,
             ..InstallOptions::default()
         };
-        install(&self.admin, &self.values(), &opts, &Progress::Quiet)
+        install(&self.admin, &self.idle_values(), &opts, &Progress::Quiet)
             .await
             .unwrap_or_else(|e| panic!("install into {}: {e}", self.ns));
     }
@@ -179,7 +195,12 @@ impl Operator {
             let _ = stop_rx.wait_for(|s| *s).await;
         }));
         let task = tokio::spawn(run_controllers(Arc::clone(&ctx), writers, shutdown));
-        ctx.stores.wait_until_ready().await;
+        tokio::time::timeout(
+            sentry_tenants_tests::PATIENCE,
+            ctx.stores.wait_until_ready(),
+        )
+        .await
+        .expect("the operator's caches to sync from their first lists");
         Self {
             ctx,
             leader,

@@ -30,10 +30,10 @@ async fn create_tenant(api: &Api<Tenant>, name: &str) -> Tenant {
     api.create(&PostParams::default(), &t).await.unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provision_run_gets_one_owned_job_whose_pod_pod_security_admits_and_gc_removes_it_all() {
     let s = setup("operator-core").await;
-    s.install().await;
+    s.install_idle().await;
     let op = Operator::start(&s).await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -97,10 +97,10 @@ async fn a_provision_run_gets_one_owned_job_whose_pod_pod_security_admits_and_gc
 
 /// The defect: the Tenant controller merge-patched its whole cached status, so a reconcile from a
 /// stale copy put back an old `accessLocked` and dropped a history record written since.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own() {
     let s = setup("status-owners").await;
-    s.install().await;
+    s.install_idle().await;
     let (provisioner, _) = s.as_account("sentry-tenants-provisioner").await;
     // No controllers running: the test makes the reconcile happen at the moment it wants.
     let ctx = operator_context(&s).await;

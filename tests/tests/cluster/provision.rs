@@ -55,7 +55,7 @@ pub async fn password(s: &Setup, tenant: &str) -> String {
     String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_is_cleaned_up() {
     let s = setup("provision").await;
     let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN_USER, ADMIN_PASS).await;
@@ -70,6 +70,14 @@ async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_
     assert!(
         status.log_tail.as_deref().is_some_and(|l| !l.is_empty()),
         "the run's log tail, read through the apiserver from the kubelet: {status:#?}"
+    );
+    assert!(
+        !status
+            .log_tail
+            .as_deref()
+            .unwrap_or_default()
+            .contains('\u{1b}'),
+        "no terminal colour codes in a pod's log: {status:#?}"
     );
     let acme = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -115,7 +123,7 @@ async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_
     s.assert_no_forbidden();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too_old() {
     let s = setup("provision-old").await;
     let gateway = s.plane.gateway();

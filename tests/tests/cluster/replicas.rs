@@ -51,7 +51,7 @@ async fn holder(s: &Setup) -> Option<String> {
         .holder_identity
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader_left() {
     let s = setup("replicas").await;
     let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
@@ -120,7 +120,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader
     s.assert_no_forbidden();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job() {
     let s = setup("restart").await;
     let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;

@@ -38,8 +38,14 @@ async fn access_locked(tenants: &Api<Tenant>, locked: bool) -> Tenant {
     .await
 }
 
-#[tokio::test]
-async fn suspend_by_kubectl_and_resume_by_the_dashboard_lock_and_unlock_the_login_once_each() {
+/// On the suite's one long-lived multi-thread runtime, as every test that serves the dashboard: Leptos
+/// keeps process-wide executor state, and a render on a per-test runtime could wait forever.
+#[test]
+fn suspend_by_kubectl_and_resume_by_the_dashboard_lock_and_unlock_the_login_once_each() {
+    sentry_tenants_tests::block_on(suspend_then_resume());
+}
+
+async fn suspend_then_resume() {
     let s = setup("suspend").await;
     let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
@@ -87,6 +93,14 @@ async fn suspend_by_kubectl_and_resume_by_the_dashboard_lock_and_unlock_the_logi
         .unwrap();
     let reply = dashboard.dashboard().oneshot(post).await.unwrap();
     assert_eq!(reply.status(), StatusCode::SEE_OTHER);
+    let location = reply.headers()[header::LOCATION]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !location.contains("error="),
+        "the action failed: {location}"
+    );
     let t = access_locked(&tenants, false).await;
     assert_eq!(t.phase(), Some(TenantPhase::Active));
     assert!(

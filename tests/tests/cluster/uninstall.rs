@@ -28,13 +28,13 @@ async fn a_run_with_our_finalizer(admin: &kube::Client, ns: &str) {
     .unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_leaves_another_installs_runjobs_and_a_namespace_it_did_not_create() {
     // Two installs, each into a namespace that existed before install.
     let mine = setup("uninstall-mine").await;
     let other = setup("uninstall-other").await;
-    mine.install().await;
-    other.install().await;
+    mine.install_idle().await;
+    other.install_idle().await;
     a_run_with_our_finalizer(&other.admin, &other.ns).await;
 
     let report = uninstall(
@@ -68,7 +68,7 @@ async fn uninstall_leaves_another_installs_runjobs_and_a_namespace_it_did_not_cr
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant() {
     let s = setup("uninstall-own").await;
     let target = format!("{}-own", s.ns);
@@ -139,7 +139,7 @@ async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant
 
 /// The defect: uninstall stripped the RunJobs' finalizers while the operator still ran, and the
 /// operator put them back (rule 2), leaving runs nobody would ever let go.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer() {
     use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
     let s = setup("uninstall-running").await;
