@@ -173,6 +173,17 @@ pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
     }
 }
 
+/// Waits until `name` is gone from `api`: deleted, with every finalizer released.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_until(&format!("{name} to be gone"), async || {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
 /// Polls `f` until it returns something; panics only after [`PATIENCE`].
 pub async fn wait_until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     let started = Instant::now();

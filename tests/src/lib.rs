@@ -639,6 +639,22 @@ impl Cluster {
     }
 
     /// A RunJob as our own creators make it (owned by the tenant, finalizer set).
+    /// Tenant `acme` with one Provision run, `acme-provision-1`, that failed (its Job ran out of
+    /// retries) and waits for its cleanup.
+    pub async fn with_a_failed_provision_run(&self) {
+        self.create_tenant("acme").await;
+        self.create_run("acme", RunAction::Provision, "acme-provision-1")
+            .await;
+        self.settle().await;
+        self.job_failed(
+            "acme-provision-1",
+            "BackoffLimitExceeded",
+            "ClickHouse unreachable",
+        )
+        .await;
+        self.settle().await;
+    }
+
     pub async fn create_run(&self, tenant: &str, action: RunAction, name: &str) -> RunJob {
         let t = self.tenants().get(tenant).await.expect("tenant exists");
         let run = tenant::new_run_job(&t, name, action);

@@ -170,19 +170,7 @@ fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
     block_on(async {
         let driver = Driver::start();
         let cluster = Cluster::new().await;
-        cluster.create_tenant("acme").await;
-        cluster
-            .create_run("acme", RunAction::Provision, "acme-provision-1")
-            .await;
-        cluster.settle().await;
-        cluster
-            .job_failed(
-                "acme-provision-1",
-                "BackoffLimitExceeded",
-                "ClickHouse unreachable",
-            )
-            .await;
-        cluster.settle().await;
+        cluster.with_a_failed_provision_run().await;
         let served = Served::start(cluster, false).await;
         let c = &served.cluster;
         let b = driver.session(true).await;

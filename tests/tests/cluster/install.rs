@@ -11,7 +11,7 @@ use sentry_tenants::install::apply::{
 };
 use sentry_tenants::install::check::{all_passed, post_install, preflight};
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, install};
-use sentry_tenants_tests::control_plane::{fresh_namespace, wait_until};
+use sentry_tenants_tests::control_plane::{fresh_namespace, wait_gone, wait_until};
 
 use crate::setup;
 
@@ -144,15 +144,7 @@ async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropp
         [format!("ConfigMap {}/sentry-tenants-dropped", s.ns)],
         "{report:#?}"
     );
-    wait_until("the dropped ConfigMap to be gone", async || {
-        configmaps
-            .get_opt("sentry-tenants-dropped")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&configmaps, "sentry-tenants-dropped").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,6 +112,16 @@ impl Setup {
             .unwrap_or_else(|e| panic!("install into {}: {e}", self.ns));
     }
 
+    /// `kubectl patch` of a tenant's `spec.suspended`, as a person at a terminal would.
+    pub fn set_suspended(&self, tenant: &str, suspended: bool) {
+        let patch = format!(r#"{{"spec":{{"suspended":{suspended}}}}}"#);
+        let args = [
+            "patch", "tenant", tenant, "-n", &self.ns, "--type", "merge", "-p", &patch,
+        ];
+        let (ok, _, err) = self.plane.kubectl(&args, None);
+        assert!(ok, "kubectl patch refused: {err}");
+    }
+
     /// `kubectl apply -n <ns> -f -` of `yaml`; panics with kubectl's message if refused.
     pub fn apply(&self, yaml: &str) {
         let (ok, _, err) = self

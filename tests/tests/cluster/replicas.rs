@@ -10,7 +10,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants::leader::LEASE_NAME;
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
-use sentry_tenants_tests::control_plane::wait_until;
+use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
 use crate::provision::{finished, provision_run, tenant, tenant_in_phase};
 use crate::{Setup, setup};
@@ -77,21 +77,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader
     };
     all_pods.delete(&leader, &dp).await.unwrap();
     // Work left behind: a suspension to enforce, and the run's cleanup when its TTL runs out.
-    let (ok, _, err) = s.plane.kubectl(
-        &[
-            "patch",
-            "tenant",
-            "acme",
-            "-n",
-            &s.ns,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"suspended":true}}"#,
-        ],
-        None,
-    );
-    assert!(ok, "{err}");
+    s.set_suspended("acme", true);
     let next = wait_until("another leader", async || {
         holder(&s).await.filter(|h| *h != leader)
     })
@@ -103,14 +89,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader
     })
     .await;
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
-    wait_until("the inherited cleanup", async || {
-        runs.get_opt("acme-provision-1")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&runs, "acme-provision-1").await;
     assert_ne!(next, leader);
     assert_eq!(
         s.creates("jobs", "acme-provision-1"),

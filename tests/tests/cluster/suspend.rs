@@ -59,21 +59,7 @@ async fn suspend_then_resume() {
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
 
     // Suspend, as a platform engineer would from a terminal.
-    let (ok, _, err) = s.plane.kubectl(
-        &[
-            "patch",
-            "tenant",
-            "acme",
-            "-n",
-            &s.ns,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"suspended":true}}"#,
-        ],
-        None,
-    );
-    assert!(ok, "{err}");
+    s.set_suspended("acme", true);
     let t = access_locked(&tenants, true).await;
     assert_eq!(t.phase(), Some(TenantPhase::Suspended));
     assert!(

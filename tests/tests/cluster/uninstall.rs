@@ -7,7 +7,7 @@ use kube::api::{Api, PostParams};
 use sentry_tenants::controller::tenant::new_run_job;
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, Tenant};
 use sentry_tenants::install::{InstallOptions, Progress, UninstallOptions, install, uninstall};
-use sentry_tenants_tests::control_plane::wait_until;
+use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
 use crate::setup;
 
@@ -126,15 +126,7 @@ async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant
     )
     .await
     .unwrap();
-    wait_until("the namespace install created to go", async || {
-        namespaces
-            .get_opt(&target)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&namespaces, &target).await;
 }
 
 /// The defect: uninstall stripped the RunJobs' finalizers while the operator still ran, and the
@@ -182,12 +174,5 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
     runs.delete("acme-provision-1", &Default::default())
         .await
         .unwrap();
-    wait_until("the run deleted, nothing holding it", async || {
-        runs.get_opt("acme-provision-1")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_gone(&runs, "acme-provision-1").await;
 }

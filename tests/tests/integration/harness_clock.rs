@@ -3,25 +3,12 @@
 //! keep its TTL, not be overdue or decades away).
 
 use jiff::{SignedDuration, Timestamp};
-use sentry_tenants::crd::RunAction;
 use sentry_tenants_tests::Cluster;
 use sentry_tenants_tests::browser::Served;
 
 async fn time_left_to_cleanup_once_served(start: Timestamp) -> SignedDuration {
     let cluster = Cluster::starting_at(start).await;
-    cluster.create_tenant("acme").await;
-    cluster
-        .create_run("acme", RunAction::Provision, "acme-provision-1")
-        .await;
-    cluster.settle().await;
-    cluster
-        .job_failed(
-            "acme-provision-1",
-            "BackoffLimitExceeded",
-            "ClickHouse unreachable",
-        )
-        .await;
-    cluster.settle().await;
+    cluster.with_a_failed_provision_run().await;
     let served = Served::start(cluster, false).await;
     let c = &served.cluster;
     let cleanup_at = c
