@@ -142,16 +142,28 @@ for d in null zero full random urandom tty; do mount --bind "/dev/$d" "$dir/dev/
 chown "$uid:$gid" "$dir/termination-message"
 touch "$dir/dev/${tm#/dev/}"
 mount --bind "$dir/termination-message" "$dir/dev/${tm#/dev/}"
-mount --bind "$dir/dev" /dev
+# Every volume is first staged under a fresh /run, while all host paths still resolve: a volume mounted
+# at /tmp would otherwise hide the sources of the ones after it when the state directory is under /tmp.
 mount -t tmpfs -o mode=755 tmpfs /run
+mkdir /run/.stage
 i=0
 while [ "$i" -lt "$n" ]; do
-  src=$1 dst=$2
-  shift 2
-  mkdir -p "$dst" 2>/dev/null || true
-  mount --bind "$src" "$dst"
+  eval "src=\${$((2 * i + 1))}"
+  mkdir "/run/.stage/$i"
+  mount --bind "$src" "/run/.stage/$i"
   i=$((i + 1))
 done
+mount --bind "$dir/dev" /dev
+i=0
+while [ "$i" -lt "$n" ]; do
+  dst=$2
+  shift 2
+  mkdir -p "$dst" 2>/dev/null || true
+  mount --bind "/run/.stage/$i" "$dst"
+  umount "/run/.stage/$i"
+  i=$((i + 1))
+done
+rm -rf /run/.stage
 if [ "$ro" = 1 ]; then mount -o remount,bind,ro /; fi
 exec setpriv --reuid="$uid" --regid="$gid" --clear-groups --no-new-privs \
   --inh-caps=-all --bounding-set=-all -- "$@"
