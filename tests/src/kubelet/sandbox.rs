@@ -145,7 +145,11 @@ mount --bind "$dir/termination-message" "$dir/dev/${tm#/dev/}"
 # Every volume is first staged under a fresh /run, while all host paths still resolve: a volume mounted
 # at /tmp would otherwise hide the sources of the ones after it when the state directory is under /tmp.
 mount -t tmpfs -o mode=755 tmpfs /run
-mkdir /run/.stage
+mkdir /run/.stage /run/.image
+# The image's program too (the stand-in's image filesystem): a volume at /tmp must not hide it either.
+eval "program=\${$((2 * n + 1))}"
+: >"/run/.image/${program##*/}"
+mount --bind "$program" "/run/.image/${program##*/}"
 i=0
 while [ "$i" -lt "$n" ]; do
   eval "src=\${$((2 * i + 1))}"
@@ -164,9 +168,10 @@ while [ "$i" -lt "$n" ]; do
   i=$((i + 1))
 done
 rm -rf /run/.stage
+shift
 if [ "$ro" = 1 ]; then mount -o remount,bind,ro /; fi
 exec setpriv --reuid="$uid" --regid="$gid" --clear-groups --no-new-privs \
-  --inh-caps=-all --bounding-set=-all -- "$@"
+  --inh-caps=-all --bounding-set=-all -- "/run/.image/${program##*/}" "$@"
 "#;
 
 /// Starts the container's process inside the pod's network namespace; stdout and stderr go to the
