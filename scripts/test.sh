@@ -21,7 +21,7 @@ export SENTRY_TENANTS_E2E_KUBECONFIG
 log=$(mktemp)
 trap 'rm -f "$log"; bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
 set +e
-cargo test --workspace --locked 2>&1 | tee "$log"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 

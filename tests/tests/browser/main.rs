@@ -290,10 +290,14 @@ fn everything_works_with_javascript_off() {
         })
         .await;
         assert!(served.cluster.tenant("globex").await.spec.suspended);
-        b.goto(&served.at("/tenants?phase=Suspended"))
-            .await
-            .unwrap();
-        assert!(exists(&b, "tr[data-tenant='globex']").await);
+        // The phase follows once the operator has reconciled; without JavaScript, a reload shows it.
+        eventually("globex under the Suspended filter", || async {
+            b.goto(&served.at("/tenants?phase=Suspended"))
+                .await
+                .unwrap();
+            exists(&b, "tr[data-tenant='globex']").await
+        })
+        .await;
         b.close().await.unwrap();
     })
 }
