@@ -65,6 +65,17 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
     .unwrap()
 }
 
+/// `uninstall` with the default options, its progress unprinted.
+pub async fn uninstall_quietly(
+    client: &Client,
+    ns: &str,
+) -> sentry_tenants::install::UninstallReport {
+    let opts = sentry_tenants::install::UninstallOptions::default();
+    sentry_tenants::install::uninstall(client, ns, &opts, &sentry_tenants::install::Progress::Quiet)
+        .await
+        .unwrap()
+}
+
 /// One request the code under test sent.
 #[derive(Debug, Clone)]
 pub struct Recorded {

@@ -38,8 +38,7 @@ pub struct Kubelet {
     pub node: String,
     /// The node's address (the bridge's gateway): where the apiserver reaches this kubelet.
     pub node_ip: String,
-    /// Where pods reach the apiserver (`KUBERNETES_SERVICE_HOST`/`_PORT`).
-    pub api_host: String,
+    /// The apiserver's port; pods reach it at the node's address (`KUBERNETES_SERVICE_HOST`/`_PORT`).
     pub api_port: u16,
     /// Image repository → the binary that runs it.
     pub images: Vec<(String, PathBuf)>,
@@ -67,7 +66,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let k = Arc::new(Kubelet {
         client: config.client,
         node: config.node,
-        api_host: node_ip.clone(),
         node_ip,
         api_port: config.api_port,
         images: config.images,

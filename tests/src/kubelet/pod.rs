@@ -500,10 +500,7 @@ impl PodWorker {
             ("PATH".to_owned(), PATH.to_owned()),
             ("HOME".to_owned(), "/".to_owned()),
             ("HOSTNAME".to_owned(), self.name.clone()),
-            (
-                "KUBERNETES_SERVICE_HOST".to_owned(),
-                self.k.api_host.clone(),
-            ),
+            ("KUBERNETES_SERVICE_HOST".to_owned(), self.k.node_ip.clone()),
             (
                 "KUBERNETES_SERVICE_PORT".to_owned(),
                 self.k.api_port.to_string(),

@@ -3,6 +3,15 @@
 
 use crate::setup;
 
+/// The words of line `n` of kubectl's table output.
+fn words(out: &str, n: usize) -> Vec<&str> {
+    out.lines()
+        .nth(n)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
 fn tenant(name: &str) -> String {
     format!(
         "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  displayName: Acme\n"
@@ -65,12 +74,7 @@ async fn kubectl_get_shows_the_printer_columns_and_short_names() {
 
     let (ok, out, err) = s.plane.kubectl(&["get", "tn", "-n", &s.ns], None);
     assert!(ok, "{err}");
-    let header: Vec<&str> = out
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = words(&out, 0);
     assert_eq!(
         header,
         ["NAME", "PHASE", "READY", "DATABASE", "AGE"],
@@ -83,23 +87,13 @@ async fn kubectl_get_shows_the_printer_columns_and_short_names() {
 
     let (ok, out, err) = s.plane.kubectl(&["get", "rj", "-n", &s.ns], None);
     assert!(ok, "{err}");
-    let header: Vec<&str> = out
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = words(&out, 0);
     assert_eq!(
         header,
         ["NAME", "TENANT", "ACTION", "PHASE", "AGE"],
         "{out}"
     );
-    let row: Vec<&str> = out
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = words(&out, 1);
     assert_eq!(row[..3], ["acme-provision-1", "acme", "Provision"], "{out}");
 }
 

@@ -62,12 +62,11 @@ async fn a_renew_that_hangs_stops_leading_before_the_lease_expires() {
         .unwrap();
     assert!(!*a.borrow(), "two leaders");
     assert!(Timestamp::now() > expires, "taken over only after expiry");
-    let holder = wait_until("replica-b in the Lease", async || {
+    wait_until("replica-b in the Lease", async || {
         let spec = leases.get(LEASE_NAME).await.ok()?.spec?;
         (spec.holder_identity.as_deref() == Some("replica-b")).then_some(())
     })
     .await;
-    let () = holder;
 
     stop_tx.send_replace(true);
     relay.freeze(false);

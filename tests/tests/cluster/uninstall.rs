@@ -6,8 +6,9 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use sentry_tenants::controller::tenant::new_run_job;
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, Tenant};
-use sentry_tenants::install::{InstallOptions, Progress, UninstallOptions, install, uninstall};
+use sentry_tenants::install::{InstallOptions, Progress, install};
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
+use sentry_tenants_tests::uninstall_quietly;
 
 use crate::setup;
 
@@ -37,14 +38,7 @@ async fn uninstall_leaves_another_installs_runjobs_and_a_namespace_it_did_not_cr
     other.install_idle().await;
     a_run_with_our_finalizer(&other.admin, &other.ns).await;
 
-    let report = uninstall(
-        &mine.admin,
-        &mine.ns,
-        &UninstallOptions::default(),
-        &Progress::Quiet,
-    )
-    .await
-    .unwrap();
+    let report = uninstall_quietly(&mine.admin, &mine.ns).await;
     let runs: Api<RunJob> = Api::namespaced(other.admin.clone(), &other.ns);
     let theirs = runs.get("acme-provision-1").await.unwrap();
     assert!(
@@ -83,14 +77,7 @@ async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant
     a_run_with_our_finalizer(&s.admin, &target).await;
 
     // While it holds a tenant, it stays; the run's finalizer is released (no operator is left).
-    let report = uninstall(
-        &s.admin,
-        &target,
-        &UninstallOptions::default(),
-        &Progress::Quiet,
-    )
-    .await
-    .unwrap();
+    let report = uninstall_quietly(&s.admin, &target).await;
     assert_eq!(
         report.released_finalizers,
         [format!("RunJob {target}/acme-provision-1")]
@@ -118,14 +105,7 @@ async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant
         },
     )
     .await;
-    uninstall(
-        &s.admin,
-        &target,
-        &UninstallOptions::default(),
-        &Progress::Quiet,
-    )
-    .await
-    .unwrap();
+    uninstall_quietly(&s.admin, &target).await;
     wait_gone(&namespaces, &target).await;
 }
 
@@ -155,14 +135,7 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
             .any(|f| f == RUNJOB_FINALIZER)
     );
 
-    let report = uninstall(
-        &s.admin,
-        &s.ns,
-        &UninstallOptions::default(),
-        &Progress::Quiet,
-    )
-    .await
-    .unwrap();
+    let report = uninstall_quietly(&s.admin, &s.ns).await;
     assert_eq!(
         report.released_finalizers,
         [format!("RunJob {}/acme-provision-1", s.ns)]

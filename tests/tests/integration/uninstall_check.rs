@@ -14,6 +14,7 @@ use sentry_tenants::install::{
     InstallOptions, Progress, UninstallOptions, Values, install, uninstall,
 };
 use sentry_tenants::leader::LeaderElection;
+use sentry_tenants_tests::uninstall_quietly;
 use sentry_tenants_tests::{Cluster, NS, status_body};
 use serde_json::json;
 
@@ -48,14 +49,7 @@ async fn uninstall_without_delete_crds_keeps_tenants_crds_and_their_namespace_an
     c.create_tenant("acme").await;
     c.create_run("acme", RunAction::Provision, "acme-provision-1")
         .await;
-    let report = uninstall(
-        &c.client,
-        NS,
-        &UninstallOptions::default(),
-        &Progress::Quiet,
-    )
-    .await
-    .unwrap();
+    let report = uninstall_quietly(&c.client, NS).await;
 
     let deployments: Api<Deployment> = Api::namespaced(c.admin.clone(), NS);
     assert!(
@@ -130,14 +124,7 @@ async fn uninstall_with_delete_crds_releases_finalizers_first_then_removes_every
 #[tokio::test]
 async fn uninstall_of_an_empty_install_deletes_the_namespace() {
     let c = installed().await;
-    uninstall(
-        &c.client,
-        NS,
-        &UninstallOptions::default(),
-        &Progress::Quiet,
-    )
-    .await
-    .unwrap();
+    uninstall_quietly(&c.client, NS).await;
     assert!(c.namespaces.names().is_empty());
     assert!(
         crd_exists(&c, "tenants.sentry.io").await,
