@@ -2,7 +2,8 @@
 # Regenerates BENCHMARKS.md and BENCHMARKS.json at the repository root: installs what the benchmarks
 # need (the toolchain via setup.sh, Debian's wrk as the load generator), builds the release binary
 # (whose size is one of the figures), and runs the bench runner in release. Extra arguments go to the
-# runner, e.g. `--scales 1000` for a quicker run.
+# runner, e.g. `--scales 1000` for a quicker run. The real control plane section starts its own cluster
+# (scripts/cluster.sh, state in target/cluster-bench) and stops it at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +16,11 @@ fi
 echo "bench: $(wrk --version 2>&1 | head -1)"
 
 cargo build --release --locked -p sentry-tenants
+# The real control plane section: a cluster of its own, whose pods run the release binary.
+export SENTRY_TENANTS_CLUSTER_DIR=target/cluster-bench
+export SENTRY_TENANTS_POD_BINARY=$PWD/target/release/sentry-tenants
+bash scripts/cluster.sh reset >/dev/null
+SENTRY_TENANTS_E2E_KUBECONFIG=$(bash scripts/cluster.sh up)
+export SENTRY_TENANTS_E2E_KUBECONFIG
+trap 'bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
 cargo run --release --locked -p sentry-tenants-tests --bin bench -- "$@"

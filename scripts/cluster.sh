@@ -8,10 +8,12 @@
 #   scripts/cluster.sh build   build the binaries once into target/k8s/<version>/bin (cached)
 #   scripts/cluster.sh up      build if needed, start, wait for /readyz, print the kubeconfig path
 #   scripts/cluster.sh env     print `export KUBECONFIG=…` (eval "$(scripts/cluster.sh env)")
+#   scripts/cluster.sh restart-apiserver   stop kube-apiserver and start it again on the same port
 #   scripts/cluster.sh down    stop what `up` started (by pid) and keep the state for inspection
 #   scripts/cluster.sh reset   down, then remove the state (etcd data, certificates, logs)
 #
-# State lives in $SENTRY_TENANTS_CLUSTER_DIR (default target/cluster): pki/, etcd/, logs/, pids/,
+# Pods of the project's image run $SENTRY_TENANTS_POD_BINARY (default target/debug/sentry-tenants; the
+# bench runs the release binary). State lives in $SENTRY_TENANTS_CLUSTER_DIR (default target/cluster): pki/, etcd/, logs/, pids/,
 # audit.log (every request, JSON lines) and admin.kubeconfig.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -148,7 +150,7 @@ EOF
 start() { # name command...
   local name=$1
   shift
-  "$@" >"$dir/logs/$name.log" 2>&1 &
+  "$@" >>"$dir/logs/$name.log" 2>&1 &
   echo $! >"$dir/pids/$name"
 }
 
@@ -167,6 +169,46 @@ wait_for() { # what url [curl args...]
     fi
     sleep 0.5
   done
+}
+
+# The apiserver alone, on the port `up` chose: `up` starts it, `restart-apiserver` stops and starts it
+# again (the tests' drill of an apiserver restart mid-run), appending to the same audit log.
+start_apiserver() {
+  local etcd_client=$(cat "$dir/ports/etcd-client") apiserver=$(cat "$dir/ports/apiserver")
+  start kube-apiserver "$bin/kube-apiserver" \
+    --bind-address 0.0.0.0 --advertise-address 127.0.0.1 --secure-port "$apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_client" \
+    --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
+    --client-ca-file "$dir/pki/ca.crt" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+    --service-cluster-ip-range "$service_cidr" --endpoint-reconciler-type none \
+    --kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$dir/pki/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$dir/pki/ca.crt" \
+    --kubelet-preferred-address-types InternalIP \
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" --audit-log-format json \
+    --audit-log-mode blocking --audit-log-maxsize 0
+  wait_for kube-apiserver "https://127.0.0.1:$apiserver/readyz" --cacert "$dir/pki/ca.crt" \
+    --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key"
+}
+
+restart_apiserver() {
+  running kube-apiserver || { say "kube-apiserver is not running (run up first)"; exit 1; }
+  local pid began
+  pid=$(cat "$dir/pids/kube-apiserver")
+  began=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+  kill "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  start_apiserver
+  # A restarted apiserver serves requests before its RBAC caches are filled, and forbids everyone
+  # (the controller-manager too) for that moment. The audit checks skip 403s in this window: from the
+  # stop until ten seconds after /readyz answered.
+  echo "$began $(date -u -d '+10 seconds' +%Y-%m-%dT%H:%M:%S.%6NZ)" >>"$dir/apiserver-restarts"
+  say "kube-apiserver restarted"
 }
 
 # The stand-in kubelet and the binary it runs for the project's image, from this checkout.
@@ -207,24 +249,7 @@ omitStages: [RequestReceived]
 rules:
 - level: Metadata
 EOF
-  start kube-apiserver "$bin/kube-apiserver" \
-    --bind-address 0.0.0.0 --advertise-address 127.0.0.1 --secure-port "$apiserver" \
-    --etcd-servers "http://127.0.0.1:$etcd_client" \
-    --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
-    --client-ca-file "$dir/pki/ca.crt" \
-    --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
-    --service-cluster-ip-range "$service_cidr" --endpoint-reconciler-type none \
-    --kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt" \
-    --kubelet-client-key "$dir/pki/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$dir/pki/ca.crt" \
-    --kubelet-preferred-address-types InternalIP \
-    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" --audit-log-format json \
-    --audit-log-mode blocking --audit-log-maxsize 0
-  wait_for kube-apiserver "https://127.0.0.1:$apiserver/readyz" --cacert "$dir/pki/ca.crt" \
-    --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key"
+  start_apiserver
 
   kubeconfig "$dir/admin.kubeconfig" admin admin
   kubeconfig "$dir/controller-manager.kubeconfig" controller-manager controller-manager
@@ -243,7 +268,7 @@ EOF
   local target=${CARGO_TARGET_DIR:-$root/target}
   start stand-in-kubelet "$target/debug/stand-in-kubelet" --kubeconfig "$dir/admin.kubeconfig" \
     --bridge "st$x" --subnet "10.244.$x" --apiserver-port "$apiserver" \
-    --image "ghcr.io/sentry-tenants/sentry-tenants=$target/debug/sentry-tenants" \
+    --image "ghcr.io/sentry-tenants/sentry-tenants=${SENTRY_TENANTS_POD_BINARY:-$target/debug/sentry-tenants}" \
     --state-dir "$dir/kubelet" --client-ca "$dir/pki/ca.crt" \
     --serving-cert "$dir/pki/kubelet-serving.crt" --serving-key "$dir/pki/kubelet-serving.key"
   local started=$SECONDS
@@ -282,10 +307,11 @@ case "${1:-}" in
   build) build ;;
   up) up ;;
   env) echo "export KUBECONFIG=$dir/admin.kubeconfig" ;;
+  restart-apiserver) restart_apiserver ;;
   down) down_quietly && say "down" ;;
   reset) down_quietly && rm -rf "$dir" && say "reset" ;;
   *)
-    echo "usage: scripts/cluster.sh build|up|env|down|reset" >&2
+    echo "usage: scripts/cluster.sh build|up|env|restart-apiserver|down|reset" >&2
     exit 2
     ;;
 esac

@@ -172,6 +172,32 @@ mod tests {
         assert_eq!(t.run_job("Suspend", 7), "acme-corp-suspend-7");
     }
 
+    /// Known answers for the longest name, written by hand from the rules, not by these functions:
+    /// `python3 -c "n='a'+'b-'*19+'c'; d='tenant_'+n.replace('-','_'); print(n, d, d+'_user',
+    /// n+'-clickhouse', n+'-provision-999999999999', len(n+'-provision-999999999999'))"`.
+    #[test]
+    fn the_longest_names_derived_names_are_known() {
+        let t = TenantName::parse("ab-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-c").unwrap();
+        assert_eq!(
+            t.database(),
+            "tenant_ab_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_c"
+        );
+        assert_eq!(
+            t.clickhouse_user(),
+            "tenant_ab_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_c_user"
+        );
+        assert_eq!(
+            t.credentials_secret(),
+            "ab-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-c-clickhouse"
+        );
+        let run = t.run_job("Provision", u64::MAX);
+        assert_eq!(
+            run,
+            "ab-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-c-provision-999999999999"
+        );
+        assert_eq!(run.len(), 63);
+    }
+
     #[test]
     fn display_names_reject_control_characters_and_overlength() {
         assert_eq!(validate_display_name("Acme Corp — <b>EU</b>"), Ok(()));

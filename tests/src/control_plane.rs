@@ -102,6 +102,23 @@ impl ControlPlane {
         version.join("bin").join(name)
     }
 
+    /// Stops kube-apiserver and starts it again on the same port (`scripts/cluster.sh
+    /// restart-apiserver`); returns once it answers `/readyz`. Only for a test that has the cluster to
+    /// itself (`setup_alone`).
+    pub fn restart_apiserver(&self) {
+        let out = Command::new("bash")
+            .arg(workspace_root().join("scripts/cluster.sh"))
+            .arg("restart-apiserver")
+            .env("SENTRY_TENANTS_CLUSTER_DIR", &self.dir)
+            .output()
+            .expect("run scripts/cluster.sh");
+        assert!(
+            out.status.success(),
+            "restarting kube-apiserver failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Runs kubectl with the admin kubeconfig; returns (success, stdout, stderr).
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         kubectl_with(&self.bin("kubectl"), &self.kubeconfig, args, stdin)
@@ -245,13 +262,35 @@ pub async fn service_account_kubeconfig(
 }
 
 impl ControlPlane {
-    /// Requests the apiserver answered 403 to a ServiceAccount of ours in `namespace` (the operator's
+    /// When kube-apiserver was being restarted, until its RBAC caches were filled (it forbids everyone
+    /// meanwhile): (from, to) as the audit log's timestamps, written by `scripts/cluster.sh
+    /// restart-apiserver`.
+    pub fn apiserver_restarts(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(self.dir.join("apiserver-restarts"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (from, to) = l.split_once(' ')?;
+                Some((from.to_owned(), to.to_owned()))
+            })
+            .collect()
+    }
+
+    /// Requests the apiserver answered 403 to a ServiceAccount of ours (but for the moments after an
+    /// apiserver restart when it forbids everyone) in `namespace` (the operator's
     /// and the provisioner's), as "verb resource name: user".
     pub fn forbidden_for_our_accounts(&self, namespace: &str) -> Vec<String> {
         let ours = format!("system:serviceaccount:{namespace}:sentry-tenants");
+        let restarts = self.apiserver_restarts();
         self.audit_events()
             .iter()
             .filter(|e| e["responseStatus"]["code"] == 403)
+            .filter(|e| {
+                let received = e["requestReceivedTimestamp"].as_str().unwrap_or_default();
+                !restarts
+                    .iter()
+                    .any(|(start, end)| start.as_str() <= received && received <= end.as_str())
+            })
             .filter(|e| {
                 e["user"]["username"]
                     .as_str()

@@ -28,6 +28,7 @@ pub mod browser;
 pub mod clickhouse_model;
 pub mod clickhouse_server;
 pub mod clickhouse_stand_in;
+pub mod cluster_tier;
 pub mod control_plane;
 pub mod fleet;
 pub mod kubelet;
@@ -800,8 +801,17 @@ impl Cluster {
         refill(&mut w.tenants, tenants);
         refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, runs);
         refill(&mut w.jobs, jobs);
+        self.mark_synced();
         drop(w);
         self.ctx.stores.changes.notify();
+    }
+
+    /// What the watches do once their first list is in the caches.
+    fn mark_synced(&self) {
+        use sentry_tenants::controller::Cache;
+        for cache in [Cache::Tenants, Cache::RunJobs, Cache::Jobs] {
+            self.ctx.stores.synced.mark(cache);
+        }
     }
 
     /// Empties the caches: an operator that just restarted and has not listed anything yet.
@@ -810,6 +820,7 @@ impl Cluster {
         refill(&mut w.tenants, Vec::new());
         refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, Vec::new());
         refill(&mut w.jobs, Vec::new());
+        self.mark_synced();
     }
 
     pub async fn reconcile_tenant(&self, name: &str) -> Action {

@@ -8,7 +8,9 @@ pub mod tenant;
 mod wiring;
 
 pub use run_index::RunIndex;
-pub use wiring::{StoreWriters, Stores, cached_or_fetched, drop_managed_fields, run_controllers};
+pub use wiring::{
+    Cache, StoreWriters, Stores, Synced, cached_or_fetched, drop_managed_fields, run_controllers,
+};
 
 use std::sync::Arc;
 use std::time::Duration;

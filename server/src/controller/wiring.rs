@@ -28,6 +28,58 @@ pub struct Stores {
     /// Runs by tenant, fed from the RunJob watch alongside its cache.
     pub run_index: RunIndex,
     pub changes: Changes,
+    pub synced: Synced,
+}
+
+/// One of the three caches.
+#[derive(Clone, Copy, Debug)]
+pub enum Cache {
+    Tenants = 1,
+    RunJobs = 2,
+    Jobs = 4,
+}
+
+const ALL_CACHES: u8 = Cache::Tenants as u8 | Cache::RunJobs as u8 | Cache::Jobs as u8;
+
+/// Which caches have had their first complete list, for any number of waiters and for the probe.
+///
+/// Not `Store::wait_until_ready`: a store's readiness is a oneshot that keeps one waker, and the
+/// controller's runner already waits on it. A second waiter (or the probe's poll) takes that wake-up
+/// away from whichever registered first, which then sleeps until something else wakes its task; it
+/// cost the cluster tests a stalled start up to their 120 s timeout.
+#[derive(Clone)]
+pub struct Synced(Arc<watch::Sender<u8>>);
+
+impl Synced {
+    fn new() -> Self {
+        Self(Arc::new(watch::channel(0).0))
+    }
+    /// `cache` had its first complete list (the watches mark it; tests that feed caches by hand too).
+    pub fn mark(&self, cache: Cache) {
+        self.0.send_if_modified(|synced| {
+            let before = *synced;
+            *synced |= cache as u8;
+            *synced != before
+        });
+    }
+    pub fn all(&self) -> bool {
+        *self.0.borrow() == ALL_CACHES
+    }
+    pub async fn wait_all(&self) {
+        let _ = self.0.subscribe().wait_for(|s| *s == ALL_CACHES).await;
+    }
+    /// For a reflector's output stream: marks `cache` once the first list has been applied to it.
+    fn on_init_done<K, E>(
+        &self,
+        cache: Cache,
+    ) -> impl FnMut(&Result<watcher::Event<K>, E>) + use<K, E> {
+        let synced = self.clone();
+        move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                synced.mark(cache);
+            }
+        }
+    }
 }
 
 /// Counts changes to the cached tenants and runs; the dashboard's event stream follows it.
@@ -66,6 +118,7 @@ impl Stores {
                 jobs,
                 run_index: RunIndex::default(),
                 changes: Changes::new(),
+                synced: Synced::new(),
             },
             StoreWriters {
                 tenants: tw,
@@ -89,16 +142,11 @@ impl Stores {
 
     /// Resolves once every cache has had its first complete list.
     pub async fn wait_until_ready(&self) {
-        let _ = futures::join!(
-            self.tenants.wait_until_ready(),
-            self.runjobs.wait_until_ready(),
-            self.jobs.wait_until_ready()
-        );
+        self.synced.wait_all().await;
     }
 
     pub fn is_ready(&self) -> bool {
-        // `wait_until_ready` resolves immediately once ready.
-        futures::FutureExt::now_or_never(self.wait_until_ready()).is_some()
+        self.synced.all()
     }
 }
 
@@ -171,6 +219,7 @@ pub async fn run_controllers(
     .default_backoff()
     .modify(drop_managed_fields)
     .reflect_shared(tw)
+    .inspect(ctx.stores.synced.on_init_done(Cache::Tenants))
     .for_each(|_| futures::future::ready(()));
     let run_watch = watcher(
         Api::<RunJob>::namespaced(client.clone(), &ns),
@@ -187,12 +236,14 @@ pub async fn run_controllers(
         }
     })
     .reflect_shared(rw)
+    .inspect(ctx.stores.synced.on_init_done(Cache::RunJobs))
     .for_each(|_| futures::future::ready(()));
     let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let job_watch = watcher(Api::<Job>::namespaced(client, &ns), job_config)
         .default_backoff()
         .modify(drop_managed_fields)
         .reflect_shared(jw)
+        .inspect(ctx.stores.synced.on_init_done(Cache::Jobs))
         .for_each(|_| futures::future::ready(()));
 
     let tenant_controller =
@@ -246,5 +297,85 @@ async fn log_result<K, E: std::fmt::Display>(
     match result {
         Ok((obj, _)) => tracing::debug!(controller, object = %obj, "reconciled"),
         Err(error) => tracing::warn!(controller, %error, "reconcile failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::*;
+
+    struct Wakes(AtomicUsize);
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn counting_waker() -> (Arc<Wakes>, Waker) {
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        (Arc::clone(&wakes), Waker::from(wakes))
+    }
+
+    /// kube-runtime's controller runner waits on its store's own readiness, which wakes one waiter
+    /// only. Waiting for the caches, or probing them, must not take that wake-up away.
+    #[test]
+    fn waiting_for_or_probing_the_caches_leaves_the_controllers_wake_up_alone() {
+        let (stores, mut writers) = Stores::shared();
+        let (runner_wakes, runner_waker) = counting_waker();
+        let mut runner = Box::pin(stores.tenants.wait_until_ready());
+        assert!(
+            runner
+                .as_mut()
+                .poll(&mut Context::from_waker(&runner_waker))
+                .is_pending()
+        );
+
+        let (our_wakes, our_waker) = counting_waker();
+        let mut ours = Box::pin(stores.wait_until_ready());
+        assert!(
+            ours.as_mut()
+                .poll(&mut Context::from_waker(&our_waker))
+                .is_pending()
+        );
+        assert!(!stores.is_ready(), "the probe before any list");
+
+        writers
+            .tenants
+            .apply_watcher_event(&watcher::Event::InitDone);
+        assert_eq!(
+            runner_wakes.0.load(Ordering::SeqCst),
+            1,
+            "the controller's runner is woken when its cache is ready"
+        );
+        assert!(matches!(
+            runner
+                .as_mut()
+                .poll(&mut Context::from_waker(&runner_waker)),
+            Poll::Ready(Ok(()))
+        ));
+
+        stores.synced.mark(Cache::Tenants);
+        stores.synced.mark(Cache::RunJobs);
+        assert!(
+            ours.as_mut()
+                .poll(&mut Context::from_waker(&our_waker))
+                .is_pending(),
+            "jobs not listed yet"
+        );
+        let before = our_wakes.0.load(Ordering::SeqCst);
+        stores.synced.mark(Cache::Jobs);
+        assert!(
+            our_wakes.0.load(Ordering::SeqCst) > before,
+            "woken once all are listed"
+        );
+        assert!(
+            ours.as_mut()
+                .poll(&mut Context::from_waker(&our_waker))
+                .is_ready()
+        );
+        assert!(stores.is_ready());
     }
 }

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -172,7 +173,8 @@ async fn heartbeat(k: Arc<Kubelet>, port: u16) -> anyhow::Result<()> {
 async fn schedule(k: Arc<Kubelet>) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::all(k.client.clone());
     let config = watcher::Config::default().fields("spec.nodeName=");
-    let mut events = watcher::watcher(pods, config).boxed();
+    // Backing off, as a kubelet does, while the apiserver is away (restarted, say).
+    let mut events = watcher::watcher(pods, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
         let pod = match event {
             Ok(Event::Apply(p) | Event::InitApply(p)) => p,
@@ -196,7 +198,8 @@ async fn schedule(k: Arc<Kubelet>) -> anyhow::Result<()> {
 async fn run_pods(k: Arc<Kubelet>) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::all(k.client.clone());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", k.node));
-    let mut events = watcher::watcher(pods, config).boxed();
+    // Backing off, as a kubelet does, while the apiserver is away (restarted, say).
+    let mut events = watcher::watcher(pods, config).default_backoff().boxed();
     let mut workers: HashMap<String, watch::Sender<Pod>> = HashMap::new();
     while let Some(event) = events.next().await {
         let pod = match event {

@@ -12,22 +12,12 @@ use sentry_tenants_tests::clickhouse_server::{ADMIN, ADMIN_PASSWORD, ClickHouseS
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
 
+pub use sentry_tenants_tests::cluster_tier::{provision_run, tenant};
+
 use crate::{Setup, setup};
 
 const ADMIN_USER: &str = "ch-admin";
 const ADMIN_PASS: &str = "ch-admin-password";
-
-pub fn tenant(name: &str, suspended: bool) -> String {
-    format!(
-        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  suspended: {suspended}\n"
-    )
-}
-
-pub fn provision_run(name: &str, tenant: &str, ttl: u32) -> String {
-    format!(
-        "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: {name}\nspec:\n  tenant: {tenant}\n  action: Provision\n  ttlSecondsAfterFinished: {ttl}\n"
-    )
-}
 
 pub async fn finished(s: &Setup, run: &str) -> RunJob {
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);

@@ -13,7 +13,7 @@ use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
 use crate::provision::{finished, provision_run, tenant, tenant_in_phase};
-use crate::{Setup, setup};
+use crate::{Setup, setup, setup_alone};
 
 const OPERATOR_PODS: &str =
     "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";
@@ -140,5 +140,65 @@ async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job
         "one Job for the run across the restart"
     );
     assert_ne!(replacement.name_any(), operator.name_any());
+    s.assert_no_forbidden();
+}
+
+/// kube-apiserver stopped and started again while a run is in flight: every watch (the operator's,
+/// the controller-manager's, the kubelet's) breaks and must come back by itself. The run finishes with
+/// one Job, and a change made after the restart is acted on, so the operator's watches recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recover() {
+    let s = setup_alone("apiserver-restart").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
+        .await;
+    ready_operator_pods(&s, 1).await;
+    s.apply(&tenant("acme", false));
+    ch.set_delay(Duration::from_millis(700));
+    s.apply(&provision_run("acme-provision-1", "acme", 300));
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until("the run Running", async || {
+        let r = runs.get_opt("acme-provision-1").await.ok()??;
+        (r.status?.phase == Some(RunPhase::Running)).then_some(())
+    })
+    .await;
+
+    s.plane.restart_apiserver();
+    ch.set_delay(Duration::ZERO);
+
+    let run = finished(&s, "acme-provision-1").await;
+    assert_eq!(
+        run.status.as_ref().unwrap().phase,
+        Some(RunPhase::Succeeded),
+        "{:#?}",
+        run.status
+    );
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    s.set_suspended("acme", true);
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(
+        "the suspension made after the restart enforced",
+        async || {
+            let t = tenants.get("acme").await.ok()?;
+            (t.access_locked() && t.phase() == Some(TenantPhase::Suspended)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        s.creates("jobs", "acme-provision-1"),
+        1,
+        "one Job for the run across the restart"
+    );
+    let suspend_runs: Vec<String> = runs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| r.name_any())
+        .filter(|n| n.starts_with("acme-suspend-"))
+        .collect();
+    assert_eq!(suspend_runs.len(), 1, "one Suspend run: {suspend_runs:?}");
+    assert_eq!(s.creates("jobs", &suspend_runs[0]), 1);
     s.assert_no_forbidden();
 }

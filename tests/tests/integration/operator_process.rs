@@ -7,7 +7,7 @@ use http_body_util::BodyExt;
 use kube::api::ObjectMeta;
 use kube::client::Body;
 use kube::runtime::watcher;
-use sentry_tenants::controller::Stores;
+use sentry_tenants::controller::{Cache, Stores};
 use sentry_tenants::crd::{Tenant, TenantPhase, TenantSpec, TenantStatus};
 use sentry_tenants::telemetry::Metrics;
 use sentry_tenants::web::{ProbeState, probe_router};
@@ -59,6 +59,7 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
     writers
         .tenants
         .apply_watcher_event(&watcher::Event::InitDone);
+    stores.synced.mark(Cache::Tenants);
     assert_eq!(
         get(router.clone(), "/readyz").await.0,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -70,6 +71,8 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
     for ev in [watcher::Event::Init, watcher::Event::InitDone] {
         writers.jobs.apply_watcher_event(&ev);
     }
+    stores.synced.mark(Cache::RunJobs);
+    stores.synced.mark(Cache::Jobs);
     assert_eq!(get(router.clone(), "/readyz").await.0, StatusCode::OK);
 
     drop(metrics.reconcile_timer("tenant"));

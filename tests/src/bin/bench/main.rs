@@ -4,6 +4,7 @@
 //!
 //! `bench memory-probe <file> <n>` is the memory section's child process (a clean heap to measure).
 
+mod cluster;
 mod dashboard;
 mod install;
 mod memory;
@@ -59,6 +60,8 @@ fn main() -> anyhow::Result<()> {
         }
         eprintln!("bench: install");
         sections.push(install::measure().await);
+        eprintln!("bench: real control plane, {} tenants", cluster::TENANTS);
+        sections.push(cluster::measure().await);
     });
     eprintln!("bench: sizes");
     sections.push(sizes::measure(&workspace_root()));

@@ -144,7 +144,7 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
 }
 
 /// Writes per run by kind, e.g. "PATCH runjobs/status 2.0, POST secrets 1.0".
-fn breakdown(writes: &[sentry_tenants_tests::Recorded], per: usize) -> String {
+pub fn breakdown(writes: &[sentry_tenants_tests::Recorded], per: usize) -> String {
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for w in writes {
         let sub = if w.path.ends_with("/status") {

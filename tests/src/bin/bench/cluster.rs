@@ -1,0 +1,248 @@
+//! The real control plane (`scripts/cluster.sh`, started for the bench in its own state directory by
+//! `scripts/bench.sh`): the operator installed and running as a pod of the stand-in kubelet (the
+//! release binary), provisioning against the ClickHouse HTTP stand-in. Tenants are applied with
+//! `kubectl apply` in waves; each one's time to Active is read from a watch, and the operator's and
+//! provisioner's requests are counted from the apiserver's audit log, beside the in-memory tier's
+//! count for the same flow.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::cluster_tier::{provision_run, setup, tenant};
+use sentry_tenants_tests::control_plane::wait_until;
+use sentry_tenants_tests::fleet::{Fleet, is_counted_write, tenant_names};
+use serde_json::Value;
+
+use crate::figure;
+use crate::report::Section;
+
+pub const TENANTS: usize = 100;
+const WAVE: usize = 10;
+const RUN_TTL_SECONDS: u32 = 5;
+
+/// When each tenant was first seen Active by a watch.
+fn watch_active(
+    api: Api<Tenant>,
+) -> (
+    Arc<Mutex<BTreeMap<String, Instant>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let active = Arc::new(Mutex::new(BTreeMap::new()));
+    let into = Arc::clone(&active);
+    let task = tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(t) | watcher::Event::InitApply(t)) = event
+                && t.phase() == Some(TenantPhase::Active)
+            {
+                into.lock()
+                    .unwrap()
+                    .entry(t.name_any())
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+    (active, task)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn is_write(verb: &str) -> bool {
+    matches!(verb, "create" | "update" | "patch" | "delete")
+}
+
+/// "verb resource[/sub]" per tenant, for the requests of our two ServiceAccounts in `ns`.
+fn by_kind(events: &[&Value], per: usize) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for e in events {
+        let r = &e["objectRef"];
+        let sub = r["subresource"]
+            .as_str()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        let key = format!(
+            "{} {}{sub}",
+            e["verb"].as_str().unwrap_or_default(),
+            r["resource"].as_str().unwrap_or_default()
+        );
+        *counts.entry(key).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2}", *v as f64 / per as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The same flow in the in-memory tier: tenants and Provision runs created, reconciled, the Jobs played,
+/// the runs finished, recorded and cleaned up; writes of the operator and provisioner per tenant.
+async fn in_memory_writes_per_tenant(n: usize) -> (f64, String) {
+    let fleet = Fleet::new().await;
+    let c = &fleet.cluster;
+    let names = tenant_names(n);
+    fleet.create_tenants(&names).await;
+    for name in &names {
+        c.create_run(name, RunAction::Provision, &format!("{name}-provision-1"))
+            .await;
+    }
+    c.log.clear();
+    fleet
+        .converge(30)
+        .await
+        .expect("the in-memory fleet converges");
+    let counted: Vec<_> = c
+        .log
+        .writes()
+        .into_iter()
+        .filter(is_counted_write)
+        .collect();
+    (
+        counted.len() as f64 / n as f64,
+        crate::reconcile::breakdown(&counted, n),
+    )
+}
+
+pub async fn measure() -> Section {
+    let s = setup("bench").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
+        .await;
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    let (active, watch) = watch_active(tenants.clone());
+    let audit_before = s.plane.audit_events().len();
+    let names = tenant_names(TENANTS);
+    let started = Instant::now();
+    let mut applied: BTreeMap<String, Instant> = BTreeMap::new();
+    for wave in names.chunks(WAVE) {
+        let yaml: Vec<String> = wave
+            .iter()
+            .map(|n| {
+                format!(
+                    "{}---\n{}",
+                    tenant(n, false),
+                    provision_run(&format!("{n}-provision-1"), n, RUN_TTL_SECONDS)
+                )
+            })
+            .collect();
+        let at = Instant::now();
+        s.apply(&yaml.join("---\n"));
+        for n in wave {
+            applied.insert(n.clone(), at);
+        }
+        wait_until("the wave Active", async || {
+            let seen = active.lock().unwrap();
+            wave.iter().all(|n| seen.contains_key(n)).then_some(())
+        })
+        .await;
+    }
+    let all_active = started.elapsed();
+    wait_until("every run cleaned up", async || {
+        runs.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    watch.abort();
+    let mut latencies: Vec<f64> = {
+        let seen = active.lock().unwrap();
+        names
+            .iter()
+            .map(|n| seen[n].duration_since(applied[n]).as_secs_f64())
+            .collect()
+    };
+    latencies.sort_by(f64::total_cmp);
+
+    let audit = s.plane.audit_events();
+    let ours = [
+        format!("system:serviceaccount:{}:sentry-tenants", s.ns),
+        format!("system:serviceaccount:{}:sentry-tenants-provisioner", s.ns),
+    ];
+    let requests: Vec<&Value> = audit[audit_before..]
+        .iter()
+        .filter(|e| {
+            e["user"]["username"]
+                .as_str()
+                .is_some_and(|u| ours.iter().any(|o| o == u))
+        })
+        .collect();
+    let not_event = |e: &&&Value| e["objectRef"]["resource"] != "events";
+    let writes: Vec<&Value> = requests
+        .iter()
+        .filter(|e| is_write(e["verb"].as_str().unwrap_or_default()))
+        .filter(not_event)
+        .copied()
+        .collect();
+    let events = requests
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "events")
+        .count();
+    let leases = requests
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "leases")
+        .count();
+    let lease_free: Vec<&Value> = requests
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] != "leases")
+        .filter(not_event)
+        .copied()
+        .collect();
+    let (in_memory, in_memory_breakdown) = in_memory_writes_per_tenant(TENANTS).await;
+    let n = TENANTS as f64;
+    let figures = vec![
+        figure("kubectl apply → Active, p50", percentile(&latencies, 0.5), "s")
+            .note(format!("{TENANTS} tenants, each applied with its Provision run, {WAVE} at a time")),
+        figure("kubectl apply → Active, p95", percentile(&latencies, 0.95), "s"),
+        figure("kubectl apply → Active, max", percentile(&latencies, 1.0), "s"),
+        figure("all tenants Active, wall time", all_active.as_secs_f64(), "s"),
+        figure(
+            "writes per provisioned tenant, real apiserver (audit log)",
+            writes.len() as f64 / n,
+            "writes",
+        )
+        .note(by_kind(&writes, TENANTS)),
+        figure(
+            "writes per provisioned tenant, in-memory tier, same flow",
+            in_memory,
+            "writes",
+        )
+        .note(in_memory_breakdown),
+        figure(
+            "API requests per provisioned tenant, real apiserver",
+            lease_free.len() as f64 / n,
+            "requests",
+        )
+        .note(format!(
+            "every request of the operator's and provisioner's ServiceAccounts from the first apply to the \
+             last cleanup, Events ({:.2}/tenant) and the Lease renewals ({leases} in {:.0} s) left out: {}",
+            events as f64 / n,
+            started.elapsed().as_secs_f64(),
+            by_kind(&lease_free, TENANTS)
+        )),
+    ];
+    Section::new(
+        format!("Real control plane, {TENANTS} tenants provisioned"),
+        figures,
+    )
+    .remark(
+        "kube-apiserver, etcd and kube-controller-manager v1.36.3 on this machine (scripts/cluster.sh); the \
+         operator and each provisioning Job's pod run the release binary under the tests' stand-in kubelet; \
+         ClickHouse is the tests' HTTP stand-in (every statement parsed by chdb). Latency includes the real \
+         Job controller, pod start by the stand-in and the provisioner's own run.",
+    )
+}

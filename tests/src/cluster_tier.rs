@@ -1,0 +1,281 @@
+//! What tests on the real control plane share: a namespace of each test's own, install helpers, the
+//! operator's code run in-process as its ServiceAccount on real watches, and turns: most tests share the
+//! cluster, a test that restarts part of it runs alone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use sentry_tenants::clock::Clock;
+use sentry_tenants::config::OperatorConfig;
+use sentry_tenants::controller::{Context, Stores, run_controllers};
+use sentry_tenants::install::{InstallOptions, Progress, Values, install};
+use sentry_tenants::telemetry::Metrics;
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, watch};
+
+use crate::control_plane::{
+    ControlPlane, client_from, control_plane, fresh_namespace, service_account_kubeconfig,
+};
+
+/// An image no registry serves: the stand-in kubelet leaves its pods waiting with `ErrImagePull`.
+pub const IDLE_IMAGE: &str = "registry.invalid/sentry-tenants:idle";
+
+/// The cluster, an admin client, a namespace of the test's own, and the test's turn on the cluster.
+pub struct Setup {
+    pub plane: &'static ControlPlane,
+    pub admin: Client,
+    pub ns: String,
+    _turn: Turn,
+}
+
+/// Held for a whole test: shared by the tests that only use the cluster, exclusive for one that stops
+/// a part of it (every other test would see its API calls fail meanwhile).
+#[allow(dead_code)] // held, never read: dropping the guard ends the turn
+enum Turn {
+    Shared(OwnedRwLockReadGuard<()>),
+    Alone(OwnedRwLockWriteGuard<()>),
+}
+
+fn turns() -> Arc<RwLock<()>> {
+    static TURNS: std::sync::LazyLock<Arc<RwLock<()>>> =
+        std::sync::LazyLock::new(|| Arc::new(RwLock::new(())));
+    Arc::clone(&TURNS)
+}
+
+/// A test that shares the cluster with the others running at the same time.
+pub async fn setup(prefix: &str) -> Setup {
+    let turn = Turn::Shared(turns().read_owned().await);
+    setup_in_turn(prefix, turn).await
+}
+
+/// A test that has the cluster to itself: it waits for the running tests to end, and the next ones wait
+/// for it (the lock is fair, so none overtakes it).
+pub async fn setup_alone(prefix: &str) -> Setup {
+    let turn = Turn::Alone(turns().write_owned().await);
+    setup_in_turn(prefix, turn).await
+}
+
+async fn setup_in_turn(prefix: &str, turn: Turn) -> Setup {
+    let plane = control_plane();
+    let admin = plane.admin().await;
+    let ns = fresh_namespace(&admin, prefix).await;
+    Setup {
+        plane,
+        admin,
+        ns,
+        _turn: turn,
+    }
+}
+
+impl Setup {
+    pub fn values(&self) -> Values {
+        crate::install_values(&self.ns)
+    }
+
+    /// [`Self::values`] with an image the stand-in kubelet cannot pull.
+    pub fn idle_values(&self) -> Values {
+        Values {
+            image: IDLE_IMAGE.to_owned(),
+            ..self.values()
+        }
+        .validate()
+        .expect("valid values")
+    }
+
+    /// `install` into the test's namespace with an image nobody can pull, so the operator's pods wait
+    /// (`ErrImagePull`) instead of reconciling: for tests that run the operator's code in-process, or
+    /// none at all, and must not share the namespace with a second operator.
+    pub async fn install_idle(&self) {
+        let opts = InstallOptions {
+            wait: false,
+            ..InstallOptions::default()
+        };
+        install(&self.admin, &self.idle_values(), &opts, &Progress::Quiet)
+            .await
+            .unwrap_or_else(|e| panic!("install into {}: {e}", self.ns));
+    }
+
+    /// `install` as a user would run it: the ClickHouse admin Secret first, then install, waiting
+    /// for the operator's rollout (its pods run by the stand-in kubelet).
+    pub async fn install_with_clickhouse(&self, url: &str, admin: (&str, &str)) {
+        self.install_replicas(url, admin, 1).await;
+    }
+
+    pub async fn install_replicas(&self, url: &str, admin: (&str, &str), replicas: u8) {
+        let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), &self.ns);
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "clickhouse-admin"},
+            "stringData": {"username": admin.0, "password": admin.1},
+        }))
+        .expect("a Secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create the admin Secret");
+        let values = Values {
+            clickhouse_url: url.to_owned(),
+            replicas,
+            ..self.values()
+        }
+        .validate()
+        .expect("valid values");
+        let opts = InstallOptions {
+            timeout: crate::PATIENCE,
+            ..InstallOptions::default()
+        };
+        install(&self.admin, &values, &opts, &Progress::Quiet)
+            .await
+            .unwrap_or_else(|e| panic!("install into {}: {e}", self.ns));
+    }
+
+    /// `kubectl patch` of a tenant's `spec.suspended`, as a person at a terminal would.
+    pub fn set_suspended(&self, tenant: &str, suspended: bool) {
+        let patch = format!(r#"{{"spec":{{"suspended":{suspended}}}}}"#);
+        let args = [
+            "patch", "tenant", tenant, "-n", &self.ns, "--type", "merge", "-p", &patch,
+        ];
+        let (ok, _, err) = self.plane.kubectl(&args, None);
+        assert!(ok, "kubectl patch refused: {err}");
+    }
+
+    /// `kubectl apply -n <ns> -f -` of `yaml`; panics with kubectl's message if refused.
+    pub fn apply(&self, yaml: &str) {
+        let (ok, _, err) = self
+            .plane
+            .kubectl(&["apply", "-n", &self.ns, "-f", "-"], Some(yaml));
+        assert!(ok, "kubectl apply refused:\n{yaml}\n{err}");
+    }
+
+    /// A client authenticated as one of the namespace's ServiceAccounts.
+    pub async fn as_account(&self, account: &str) -> (Client, PathBuf) {
+        let path = service_account_kubeconfig(self.plane, &self.admin, &self.ns, account).await;
+        (client_from(&path).await, path)
+    }
+
+    /// Successful creates of `resource` named `name` in this namespace, from the audit log.
+    pub fn creates(&self, resource: &str, name: &str) -> usize {
+        self.plane
+            .audit_events()
+            .iter()
+            .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == resource)
+            .filter(|e| e["objectRef"]["namespace"] == self.ns.as_str())
+            .filter(|e| e["objectRef"]["name"] == name && e["responseStatus"]["code"] == 201)
+            .count()
+    }
+
+    /// Fails on any request of our accounts in this namespace that the apiserver forbade.
+    pub fn assert_no_forbidden(&self) {
+        let forbidden = self.plane.forbidden_for_our_accounts(&self.ns);
+        assert!(
+            forbidden.is_empty(),
+            "the RBAC we ship forbade: {forbidden:#?}"
+        );
+    }
+}
+
+/// A Tenant as a person would write it for `kubectl apply`.
+pub fn tenant(name: &str, suspended: bool) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  suspended: {suspended}\n"
+    )
+}
+
+/// A Provision RunJob for `tenant`, cleaned up `ttl` seconds after it finished.
+pub fn provision_run(name: &str, tenant: &str, ttl: u32) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: {name}\nspec:\n  tenant: {tenant}\n  action: Provision\n  ttlSecondsAfterFinished: {ttl}\n"
+    )
+}
+
+/// The operator's context as its ServiceAccount, leading, with caches no watch fills: for tests that
+/// call a reconcile themselves, with exactly the object they hand it.
+pub async fn operator_context(setup: &Setup) -> Arc<Context> {
+    let (client, _) = setup.as_account("sentry-tenants").await;
+    let (stores, _writers) = Stores::shared();
+    let (_, leader) = watch::channel(true);
+    Arc::new(Context::new(
+        client,
+        OperatorConfig::for_namespace(&setup.ns),
+        stores,
+        Arc::new(Metrics::default()),
+        Clock::System,
+        leader,
+    ))
+}
+
+/// Both controllers running in-process as the operator's ServiceAccount, on real watches.
+pub struct Operator {
+    pub ctx: Arc<Context>,
+    pub leader: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    pub async fn start(setup: &Setup) -> Self {
+        Self::start_leading(setup, true).await
+    }
+
+    /// With `leading: false` the caches follow the cluster but nothing reconciles (the installed
+    /// operator's pod does): what a replica that lost the election serves its dashboard from.
+    pub async fn start_leading(setup: &Setup, leading: bool) -> Self {
+        let (client, _) = setup.as_account("sentry-tenants").await;
+        let (stores, writers) = Stores::shared();
+        let (leader, leader_rx) = watch::channel(leading);
+        let ctx = Arc::new(Context::new(
+            client,
+            OperatorConfig::for_namespace(&setup.ns),
+            stores,
+            Arc::new(Metrics::default()),
+            Clock::System,
+            leader_rx,
+        ));
+        let (stop, mut stop_rx) = watch::channel(false);
+        let shutdown = futures::FutureExt::shared(Box::pin(async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        }));
+        let task = tokio::spawn(run_controllers(Arc::clone(&ctx), writers, shutdown));
+        tokio::time::timeout(crate::PATIENCE, ctx.stores.wait_until_ready())
+            .await
+            .expect("the operator's caches to sync from their first lists");
+        Self {
+            ctx,
+            leader,
+            stop,
+            task,
+        }
+    }
+
+    /// The dashboard's router over this operator's caches and client, as `run` serves it.
+    pub fn dashboard(&self) -> axum::Router {
+        use sentry_tenants::web::actions::Actions;
+        use sentry_tenants::web::backend::ClusterBackend;
+        use sentry_tenants::web::dashboard::{Dashboard, router};
+        let stores = self.ctx.stores.clone();
+        let namespace = self.ctx.config.namespace.clone();
+        router(Dashboard {
+            backend: Arc::new(ClusterBackend {
+                client: self.ctx.client.clone(),
+                stores: stores.clone(),
+                namespace: namespace.clone(),
+                read_only: false,
+                clock: Clock::System,
+            }),
+            actions: Arc::new(Actions {
+                client: self.ctx.client.clone(),
+                stores: stores.clone(),
+                namespace,
+            }),
+            changes: stores.changes.subscribe(),
+            read_only: false,
+        })
+    }
+
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}

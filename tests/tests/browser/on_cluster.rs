@@ -1,0 +1,162 @@
+//! The dashboard in Chromium against the real control plane: the installed operator (its pod run by the
+//! stand-in kubelet) reconciles and provisions against the ClickHouse stand-in; a second replica, in
+//! this process as the operator's ServiceAccount, follows the cluster on real watches and serves the
+//! dashboard the browser drives. Every change the page shows arrived through a watch.
+
+use kube::api::Api;
+use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
+use sentry_tenants_tests::browser::{Driver, eventually, one_browser_at_a_time, text, wait_live};
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::cluster_tier::{Operator, provision_run, setup};
+use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
+
+use super::{attr, click, exists, fill, mark_page, same_page};
+
+/// Serves `router` on a loopback port, as `run` serves the dashboard; returns its base URL.
+async fn serve(router: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    (url, task)
+}
+
+/// The value beside `term` in the tenant page's facts list, or "" while there is none.
+async fn fact(b: &fantoccini::Client, term: &str) -> String {
+    let script = "return [...document.querySelectorAll('dl.facts dt')]
+        .find(d => d.textContent.trim() === arguments[0])?.nextElementSibling?.textContent.trim() ?? ''";
+    b.execute(script, vec![serde_json::json!(term)])
+        .await
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[test]
+fn on_a_real_cluster_create_provision_suspend_resume_and_watch_a_run_counted_down_to_cleanup() {
+    let _turn = one_browser_at_a_time();
+    sentry_tenants_tests::block_on(async {
+        let s = setup("browser").await;
+        let ch =
+            ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+        s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
+            .await;
+        let replica = Operator::start_leading(&s, false).await;
+        let (url, server) = serve(replica.dashboard()).await;
+        let at = |path: &str| format!("{url}{path}");
+        let driver = Driver::start();
+        let b = driver.session(true).await;
+
+        b.goto(&at("/tenants/new")).await.unwrap();
+        wait_live(&b).await;
+        fill(&b, "#name", "acme").await;
+        fill(&b, "#display_name", "Acme Corp").await;
+        click(&b, "form.stack button[type=submit]").await;
+        eventually("the new tenant's page", || async {
+            b.current_url().await.unwrap().path() == "/tenants/acme"
+        })
+        .await;
+        eventually("the tenant shown as Pending", || async {
+            attr(&b, "h1 .badge", "data-phase").await == "Pending"
+        })
+        .await;
+        wait_live(&b).await;
+        mark_page(&b).await;
+
+        click(&b, "form[action='/actions/tenants/acme/provision'] button").await;
+        eventually("the Provision run on the page", || async {
+            exists(&b, "tr[data-run='acme-provision-1']").await
+        })
+        .await;
+        eventually("the tenant shown Active", || async {
+            attr(&b, "h1 .badge", "data-phase").await == "Active"
+        })
+        .await;
+        assert!(text(&b, "dl.facts").await.contains("acme-clickhouse"));
+        assert!(
+            same_page(&b).await,
+            "updates arrived live, without a reload"
+        );
+
+        click(&b, ".actions a.btn").await; // Suspend asks first
+        eventually("the confirmation", || async {
+            exists(&b, ".confirm").await
+        })
+        .await;
+        click(&b, ".confirm button.danger").await;
+        eventually("Suspended", || async {
+            attr(&b, "h1 .badge", "data-phase").await == "Suspended"
+        })
+        .await;
+        // The phase follows spec.suspended at once; the logins line follows what ClickHouse enforces,
+        // once the Suspend run the reconciler made has locked them.
+        eventually("the logins shown locked", || async {
+            fact(&b, "Logins").await == "locked"
+        })
+        .await;
+        assert_eq!(ch.is_locked("tenant_acme_user"), Some(true));
+        click(&b, "form[action='/actions/tenants/acme/resume'] button").await;
+        eventually("Active again", || async {
+            attr(&b, "h1 .badge", "data-phase").await == "Active"
+        })
+        .await;
+        eventually("the logins shown allowed", || async {
+            fact(&b, "Logins").await == "allowed"
+        })
+        .await;
+        assert_eq!(ch.is_locked("tenant_acme_user"), Some(false));
+        let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+        assert!(same_page(&b).await, "all of it live, without a reload");
+        let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+        let made: Vec<RunAction> = runs
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|r| r.spec.action)
+            .collect();
+        assert!(
+            made.contains(&RunAction::Suspend) && made.contains(&RunAction::Resume),
+            "the reconciler made the lock runs: {made:?}"
+        );
+
+        // A run with a short TTL, applied from a terminal: the runs page counts it down to its cleanup
+        // and drops the row when the RunJob reconciler deletes it.
+        s.apply(&provision_run("acme-provision-2", "acme", 20));
+        b.goto(&at("/runs")).await.unwrap();
+        wait_live(&b).await;
+        let row = "tr[data-run='acme-provision-2']";
+        eventually("the run's countdown", || async {
+            text(&b, &format!("{row} .countdown"))
+                .await
+                .starts_with("in ")
+        })
+        .await;
+        let mut saw: Vec<String> = Vec::new();
+        wait_until("the row gone from the page", async || {
+            if !exists(&b, row).await {
+                return Some(());
+            }
+            let t = text(&b, &format!("{row} .countdown")).await;
+            if !t.is_empty() && saw.last() != Some(&t) {
+                saw.push(t);
+            }
+            None
+        })
+        .await;
+        assert!(saw.len() >= 2, "the countdown ticked: {saw:?}");
+        wait_gone(&runs, "acme-provision-2").await;
+        let acme = tenants.get("acme").await.unwrap();
+        assert_eq!(acme.phase(), Some(TenantPhase::Active));
+        assert!(
+            acme.history().iter().any(|h| h.name == "acme-provision-2"),
+            "the cleaned-up run kept in the tenant's history"
+        );
+        b.close().await.unwrap();
+        server.abort();
+        replica.stop().await;
+        s.assert_no_forbidden();
+    })
+}
