@@ -68,18 +68,6 @@ impl Synced {
     pub async fn wait_all(&self) {
         let _ = self.0.subscribe().wait_for(|s| *s == ALL_CACHES).await;
     }
-    /// For a reflector's output stream: marks `cache` once the first list has been applied to it.
-    fn on_init_done<K, E>(
-        &self,
-        cache: Cache,
-    ) -> impl FnMut(&Result<watcher::Event<K>, E>) + use<K, E> {
-        let synced = self.clone();
-        move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                synced.mark(cache);
-            }
-        }
-    }
 }
 
 /// Counts changes to the cached tenants and runs; the dashboard's event stream follows it.
@@ -138,6 +126,29 @@ impl Stores {
                 r.spec.tenant == tenant && r.metadata.namespace.as_deref() == Some(namespace)
             })
             .collect()
+    }
+
+    /// For a reflector's output stream, what follows once an event is in the cache: the first list
+    /// marks the cache synced, and a change to a tenant or run, deletions included (the shared
+    /// stream's subscribers are never told of those), is announced to the dashboard.
+    fn after_cached<K, E>(
+        &self,
+        cache: Cache,
+    ) -> impl FnMut(&Result<watcher::Event<K>, E>) + use<K, E> {
+        let (synced, changes) = (self.synced.clone(), self.changes.clone());
+        let announced = !matches!(cache, Cache::Jobs);
+        move |event| match event {
+            Ok(watcher::Event::InitDone) => {
+                synced.mark(cache);
+                if announced {
+                    changes.notify();
+                }
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) if announced => {
+                changes.notify();
+            }
+            _ => {}
+        }
     }
 
     /// Resolves once every cache has had its first complete list.
@@ -209,8 +220,6 @@ pub async fn run_controllers(
     let subscribe_runs_a = rw.subscribe().expect("shared store");
     let subscribe_runs_b = rw.subscribe().expect("shared store");
     let subscribe_jobs = jw.subscribe().expect("shared store");
-    let tenant_changes = tw.subscribe().expect("shared store");
-    let run_changes = rw.subscribe().expect("shared store");
 
     let tenant_watch = watcher(
         Api::<Tenant>::namespaced(client.clone(), &ns),
@@ -219,7 +228,7 @@ pub async fn run_controllers(
     .default_backoff()
     .modify(drop_managed_fields)
     .reflect_shared(tw)
-    .inspect(ctx.stores.synced.on_init_done(Cache::Tenants))
+    .inspect(ctx.stores.after_cached(Cache::Tenants))
     .for_each(|_| futures::future::ready(()));
     let run_watch = watcher(
         Api::<RunJob>::namespaced(client.clone(), &ns),
@@ -236,14 +245,14 @@ pub async fn run_controllers(
         }
     })
     .reflect_shared(rw)
-    .inspect(ctx.stores.synced.on_init_done(Cache::RunJobs))
+    .inspect(ctx.stores.after_cached(Cache::RunJobs))
     .for_each(|_| futures::future::ready(()));
     let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
     let job_watch = watcher(Api::<Job>::namespaced(client, &ns), job_config)
         .default_backoff()
         .modify(drop_managed_fields)
         .reflect_shared(jw)
-        .inspect(ctx.stores.synced.on_init_done(Cache::Jobs))
+        .inspect(ctx.stores.after_cached(Cache::Jobs))
         .for_each(|_| futures::future::ready(()));
 
     let tenant_controller =
@@ -261,17 +270,9 @@ pub async fn run_controllers(
             .run(runjob::reconcile, report_error("runjob"), Arc::clone(&ctx))
             .for_each(|result| log_result("runjob", result));
 
-    // Subscribers must be drained, or the watches would wait for them.
-    let changes = ctx.stores.changes.clone();
-    let change_feed = futures::stream::select(tenant_changes.map(|_| ()), run_changes.map(|_| ()))
-        .for_each(move |()| {
-            changes.notify();
-            futures::future::ready(())
-        });
-
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
     let watches = async {
-        futures::join!(tenant_watch, run_watch, job_watch, change_feed);
+        futures::join!(tenant_watch, run_watch, job_watch);
     };
     tokio::select! {
         _ = watches => {}

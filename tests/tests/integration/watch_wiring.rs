@@ -1,7 +1,8 @@
 //! Watch-driven wiring, with `tower-test` answering the client's requests from a script: the real
 //! watchers, shared reflector stores and controllers from `run_controllers` run on top of it.
 //! - a Job status event re-reconciles the RunJob that controls it;
-//! - a RunJob change re-reconciles its Tenant.
+//! - a RunJob change re-reconciles its Tenant;
+//! - a deleted RunJob leaves the cache and is announced to the dashboard's live updates.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -174,6 +175,7 @@ async fn serve(
 /// The running operator on the scripted API, and the handles that keep it (and its watches) alive.
 struct Running {
     seen: Seen,
+    stores: Stores,
     runs: EventTx,
     jobs: EventTx,
     _tenants: EventTx,
@@ -216,6 +218,7 @@ async fn start() -> Running {
         .expect("caches sync from the scripted lists");
     Running {
         seen,
+        stores,
         runs: run_tx,
         jobs: job_tx,
         _tenants: tenant_tx,
@@ -281,6 +284,30 @@ async fn a_runjob_change_re_reconciles_its_tenant() {
         .unwrap();
     eventually("Tenant status patched to Failed", || {
         seen.status_patches("tenants").iter().any(failed)
+    })
+    .await;
+}
+
+/// The shared stream's subscribers are told of new and changed objects only; the dashboard must learn
+/// of a deletion too (a cleaned-up run's row goes), so its change feed follows the watch itself.
+#[tokio::test]
+async fn a_deleted_runjob_leaves_the_cache_and_the_dashboard_is_told() {
+    let op = start().await;
+    let mut changes = op.stores.changes.subscribe();
+    changes.borrow_and_update();
+    let key = kube::runtime::reflector::ObjectRef::new("acme-provision-1").within(NS);
+    assert!(op.stores.runjobs.get(&key).is_some());
+
+    let gone = runjob(json!({"phase": "Succeeded"}));
+    op.runs
+        .send(json!({"type": "DELETED", "object": gone}))
+        .unwrap();
+    tokio::time::timeout(sentry_tenants_tests::PATIENCE, changes.changed())
+        .await
+        .expect("the deletion announced")
+        .unwrap();
+    eventually("the run gone from the cache", || {
+        op.stores.runjobs.get(&key).is_none()
     })
     .await;
 }
