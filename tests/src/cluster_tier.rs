@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
 use sentry_tenants::clock::Clock;
 use sentry_tenants::config::OperatorConfig;
 use sentry_tenants::controller::{Context, Stores, run_controllers};
+use sentry_tenants::crd::RunJob;
 use sentry_tenants::install::{InstallOptions, Progress, Values, install};
 use sentry_tenants::telemetry::Metrics;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, watch};
@@ -149,6 +151,18 @@ impl Setup {
         assert!(ok, "kubectl apply refused:\n{yaml}\n{err}");
     }
 
+    /// Names of the RunJobs in the namespace now.
+    pub async fn run_names(&self) -> Vec<String> {
+        let runs: Api<RunJob> = Api::namespaced(self.admin.clone(), &self.ns);
+        runs.list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list runs in {}: {e}", self.ns))
+            .items
+            .iter()
+            .map(|r| r.name_any())
+            .collect()
+    }
+
     /// A client authenticated as one of the namespace's ServiceAccounts.
     pub async fn as_account(&self, account: &str) -> (Client, PathBuf) {
         let path = service_account_kubeconfig(self.plane, &self.admin, &self.ns, account).await;
@@ -188,6 +202,21 @@ pub fn provision_run(name: &str, tenant: &str, ttl: u32) -> String {
     format!(
         "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: {name}\nspec:\n  tenant: {tenant}\n  action: Provision\n  ttlSecondsAfterFinished: {ttl}\n"
     )
+}
+
+/// Tenants `names`, each with its Provision run `<name>-provision-1`, as one `kubectl apply` document.
+pub fn tenants_with_provision_runs(names: &[String], ttl: u32) -> String {
+    names
+        .iter()
+        .map(|n| {
+            format!(
+                "{}---\n{}",
+                tenant(n, false),
+                provision_run(&format!("{n}-provision-1"), n, ttl)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
 }
 
 /// The operator's context as its ServiceAccount, leading, with caches no watch fills: for tests that

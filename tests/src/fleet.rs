@@ -79,6 +79,25 @@ impl Fleet {
         }
     }
 
+    /// `n` tenants, each with its Provision run `<name>-provision-1` created by hand (as `kubectl
+    /// apply` would), nothing reconciled yet.
+    pub async fn with_provision_runs(n: usize) -> Self {
+        let fleet = Self::new().await;
+        let names = tenant_names(n);
+        fleet.create_tenants(&names).await;
+        for name in &names {
+            fleet
+                .cluster
+                .create_run(
+                    name,
+                    sentry_tenants::crd::RunAction::Provision,
+                    &format!("{name}-provision-1"),
+                )
+                .await;
+        }
+        fleet
+    }
+
     pub async fn create_tenants(&self, names: &[String]) {
         for name in names {
             self.cluster.create_tenant(name).await;

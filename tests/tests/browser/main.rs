@@ -64,6 +64,47 @@ async fn same_page(client: &Client) -> bool {
         == "yes"
 }
 
+/// Submits the filled-in new-tenant form; returns on the tenant's page, live, showing it Pending,
+/// with the page marked (see [`same_page`]).
+async fn submit_new_tenant(b: &Client, name: &str) {
+    click(b, "form.stack button[type=submit]").await;
+    let path = format!("/tenants/{name}");
+    eventually("the new tenant's page", || async {
+        b.current_url().await.unwrap().path() == path
+    })
+    .await;
+    eventually("the tenant shown as Pending", || async {
+        attr(b, "h1 .badge", "data-phase").await == "Pending"
+    })
+    .await;
+    wait_live(b).await;
+    mark_page(b).await;
+}
+
+/// Clicks Provision on the tenant's page; returns once the run it started is listed there.
+async fn provision_from_the_page(b: &Client, name: &str) {
+    click(
+        b,
+        &format!("form[action='/actions/tenants/{name}/provision'] button"),
+    )
+    .await;
+    let row = format!("tr[data-run='{name}-provision-1']");
+    eventually("the Provision run on the page", || async {
+        exists(b, &row).await
+    })
+    .await;
+}
+
+/// Suspend asks first: opens the confirmation (a screenshot of it if named) and confirms.
+async fn suspend_confirmed(b: &Client, shot: Option<&str>) {
+    click(b, ".actions a.btn").await;
+    eventually("the confirmation", || async { exists(b, ".confirm").await }).await;
+    if let Some(name) = shot {
+        screenshot(b, name).await;
+    }
+    click(b, ".confirm button.danger").await;
+}
+
 #[test]
 fn create_provision_watch_it_go_live_then_suspend_and_resume() {
     let _turn = one_browser_at_a_time();
@@ -88,23 +129,8 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         fill(&b, "#name", "acme").await;
         fill(&b, "#display_name", "Acme Corp").await;
         screenshot(&b, "tenant-new").await;
-        click(&b, "form.stack button[type=submit]").await;
-        eventually("the new tenant's page", || async {
-            b.current_url().await.unwrap().path() == "/tenants/acme"
-        })
-        .await;
-        eventually("the tenant shown as Pending", || async {
-            attr(&b, "h1 .badge", "data-phase").await == "Pending"
-        })
-        .await;
-        wait_live(&b).await;
-        mark_page(&b).await;
-
-        click(&b, "form[action='/actions/tenants/acme/provision'] button").await;
-        eventually("the Provision run on the page", || async {
-            exists(&b, "tr[data-run='acme-provision-1']").await
-        })
-        .await;
+        submit_new_tenant(&b, "acme").await;
+        provision_from_the_page(&b, "acme").await;
         eventually("Provisioning", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Provisioning"
         })
@@ -132,13 +158,7 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         );
         screenshot(&b, "tenant-detail").await;
 
-        click(&b, ".actions a.btn").await; // Suspend asks first
-        eventually("the confirmation", || async {
-            exists(&b, ".confirm").await
-        })
-        .await;
-        screenshot(&b, "tenant-confirm-suspend").await;
-        click(&b, ".confirm button.danger").await;
+        suspend_confirmed(&b, Some("tenant-confirm-suspend")).await;
         eventually("Suspended", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Suspended"
         })

@@ -10,7 +10,10 @@ use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::cluster_tier::{Operator, provision_run, setup};
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
-use super::{attr, click, exists, fill, mark_page, same_page};
+use super::{
+    attr, click, exists, fill, provision_from_the_page, same_page, submit_new_tenant,
+    suspend_confirmed,
+};
 
 /// Serves `router` on a loopback port, as `run` serves the dashboard; returns its base URL.
 async fn serve(router: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
@@ -52,23 +55,8 @@ fn on_a_real_cluster_create_provision_suspend_resume_and_watch_a_run_counted_dow
         wait_live(&b).await;
         fill(&b, "#name", "acme").await;
         fill(&b, "#display_name", "Acme Corp").await;
-        click(&b, "form.stack button[type=submit]").await;
-        eventually("the new tenant's page", || async {
-            b.current_url().await.unwrap().path() == "/tenants/acme"
-        })
-        .await;
-        eventually("the tenant shown as Pending", || async {
-            attr(&b, "h1 .badge", "data-phase").await == "Pending"
-        })
-        .await;
-        wait_live(&b).await;
-        mark_page(&b).await;
-
-        click(&b, "form[action='/actions/tenants/acme/provision'] button").await;
-        eventually("the Provision run on the page", || async {
-            exists(&b, "tr[data-run='acme-provision-1']").await
-        })
-        .await;
+        submit_new_tenant(&b, "acme").await;
+        provision_from_the_page(&b, "acme").await;
         eventually("the tenant shown Active", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Active"
         })
@@ -79,12 +67,7 @@ fn on_a_real_cluster_create_provision_suspend_resume_and_watch_a_run_counted_dow
             "updates arrived live, without a reload"
         );
 
-        click(&b, ".actions a.btn").await; // Suspend asks first
-        eventually("the confirmation", || async {
-            exists(&b, ".confirm").await
-        })
-        .await;
-        click(&b, ".confirm button.danger").await;
+        suspend_confirmed(&b, None).await;
         eventually("Suspended", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Suspended"
         })

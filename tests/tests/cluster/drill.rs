@@ -17,7 +17,9 @@ use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
 
-use crate::provision::{password, provision_run, tenant};
+use sentry_tenants_tests::cluster_tier::tenants_with_provision_runs;
+
+use crate::provision::password;
 use crate::{Setup, setup};
 
 const TENANTS: usize = 24;
@@ -158,17 +160,7 @@ async fn many_tenants_at_once_lose_no_history_revert_no_lock_and_run_each_job_on
     let versions = Versions::watch(tenants.clone());
     let names = names();
 
-    let all: Vec<String> = names
-        .iter()
-        .map(|n| {
-            format!(
-                "{}---\n{}",
-                tenant(n, false),
-                provision_run(&format!("{n}-provision-1"), n, RUN_TTL_SECONDS)
-            )
-        })
-        .collect();
-    s.apply(&all.join("---\n"));
+    s.apply(&tenants_with_provision_runs(&names, RUN_TTL_SECONDS));
 
     // Each tenant is suspended the moment it is seen Active, so its Suspend run overlaps the Provision
     // run's cleanup (a history write three seconds after it finished); every other tenant is resumed
@@ -246,15 +238,7 @@ async fn many_tenants_at_once_lose_no_history_revert_no_lock_and_run_each_job_on
     );
 
     let final_list = tenants.list(&ListParams::default()).await.unwrap().items;
-    let live_runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
-    let live_names: Vec<String> = live_runs
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|r| r.name_any())
-        .collect();
+    let live_names = s.run_names().await;
     let live: BTreeSet<&str> = live_names.iter().map(String::as_str).collect();
     let mut lock_runs = 0;
     for n in &names {

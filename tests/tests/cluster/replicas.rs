@@ -41,6 +41,14 @@ async fn ready_operator_pods(s: &Setup, n: usize) -> Vec<Pod> {
     .await
 }
 
+async fn running(runs: &Api<RunJob>, name: &str) {
+    wait_until(&format!("{name} Running"), async || {
+        let r = runs.get_opt(name).await.ok()??;
+        (r.status?.phase == Some(RunPhase::Running)).then_some(())
+    })
+    .await;
+}
+
 async fn holder(s: &Setup) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
     leases
@@ -111,11 +119,7 @@ async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job
     ch.set_delay(Duration::from_millis(700));
     s.apply(&provision_run("acme-provision-1", "acme", 300));
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
-    wait_until("the run Running", async || {
-        let r = runs.get_opt("acme-provision-1").await.ok()??;
-        (r.status?.phase == Some(RunPhase::Running)).then_some(())
-    })
-    .await;
+    running(&runs, "acme-provision-1").await;
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
     pods.delete(&operator.name_any(), &DeleteParams::default())
         .await
@@ -157,11 +161,7 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
     ch.set_delay(Duration::from_millis(700));
     s.apply(&provision_run("acme-provision-1", "acme", 300));
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
-    wait_until("the run Running", async || {
-        let r = runs.get_opt("acme-provision-1").await.ok()??;
-        (r.status?.phase == Some(RunPhase::Running)).then_some(())
-    })
-    .await;
+    running(&runs, "acme-provision-1").await;
 
     s.plane.restart_apiserver();
     ch.set_delay(Duration::ZERO);
@@ -189,13 +189,10 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
         1,
         "one Job for the run across the restart"
     );
-    let suspend_runs: Vec<String> = runs
-        .list(&ListParams::default())
+    let suspend_runs: Vec<String> = s
+        .run_names()
         .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|r| r.name_any())
+        .into_iter()
         .filter(|n| n.starts_with("acme-suspend-"))
         .collect();
     assert_eq!(suspend_runs.len(), 1, "one Suspend run: {suspend_runs:?}");

@@ -13,9 +13,9 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
+use sentry_tenants::crd::{RunJob, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
-use sentry_tenants_tests::cluster_tier::{provision_run, setup, tenant};
+use sentry_tenants_tests::cluster_tier::{setup, tenants_with_provision_runs};
 use sentry_tenants_tests::control_plane::wait_until;
 use sentry_tenants_tests::fleet::{Fleet, is_counted_write, tenant_names};
 use serde_json::Value;
@@ -89,14 +89,8 @@ fn by_kind(events: &[&Value], per: usize) -> String {
 /// The same flow in the in-memory tier: tenants and Provision runs created, reconciled, the Jobs played,
 /// the runs finished, recorded and cleaned up; writes of the operator and provisioner per tenant.
 async fn in_memory_writes_per_tenant(n: usize) -> (f64, String) {
-    let fleet = Fleet::new().await;
+    let fleet = Fleet::with_provision_runs(n).await;
     let c = &fleet.cluster;
-    let names = tenant_names(n);
-    fleet.create_tenants(&names).await;
-    for name in &names {
-        c.create_run(name, RunAction::Provision, &format!("{name}-provision-1"))
-            .await;
-    }
     c.log.clear();
     fleet
         .converge(30)
@@ -127,18 +121,8 @@ pub async fn measure() -> Section {
     let started = Instant::now();
     let mut applied: BTreeMap<String, Instant> = BTreeMap::new();
     for wave in names.chunks(WAVE) {
-        let yaml: Vec<String> = wave
-            .iter()
-            .map(|n| {
-                format!(
-                    "{}---\n{}",
-                    tenant(n, false),
-                    provision_run(&format!("{n}-provision-1"), n, RUN_TTL_SECONDS)
-                )
-            })
-            .collect();
         let at = Instant::now();
-        s.apply(&yaml.join("---\n"));
+        s.apply(&tenants_with_provision_runs(wave, RUN_TTL_SECONDS));
         for n in wave {
             applied.insert(n.clone(), at);
         }

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use sentry_tenants::controller::{runjob, tenant};
-use sentry_tenants::crd::RunAction;
 use sentry_tenants_tests::NS;
-use sentry_tenants_tests::fleet::{Fleet, is_counted_write, tenant_names};
+use sentry_tenants_tests::fleet::{Fleet, is_counted_write};
 
 use crate::report::{Figure, Goal};
 use crate::{best_of, figure};
@@ -18,14 +17,8 @@ use crate::{best_of, figure};
 const RUNS: usize = 5;
 
 pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
-    let fleet = Fleet::new().await;
+    let fleet = Fleet::with_provision_runs(n).await;
     let c = &fleet.cluster;
-    let names = tenant_names(n);
-    fleet.create_tenants(&names).await;
-    for name in &names {
-        c.create_run(name, RunAction::Provision, &format!("{name}-provision-1"))
-            .await;
-    }
     let objects = (2 * n) as f64;
 
     // New objects to the fixpoint (the Jobs have not started, so nothing else moves).
