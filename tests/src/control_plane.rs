@@ -119,6 +119,21 @@ impl ControlPlane {
         );
     }
 
+    /// This checkout's `sentry-tenants` (dev profile), the binary the stand-in kubelet runs for our
+    /// image; `scripts/cluster.sh up` builds it.
+    pub fn project_binary(&self) -> PathBuf {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"));
+        let binary = target.join("debug/sentry-tenants");
+        assert!(
+            binary.exists(),
+            "{} is missing (scripts/cluster.sh up builds it)",
+            binary.display()
+        );
+        binary
+    }
+
     /// Runs kubectl with the admin kubeconfig; returns (success, stdout, stderr).
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         kubectl_with(&self.bin("kubectl"), &self.kubeconfig, args, stdin)

@@ -141,12 +141,17 @@ impl Fleet {
         let writes_before = c.log.count(is_counted_write);
         let mut round = Round::default();
         c.sync_stores().await;
-        for run in c.ctx.stores.runjobs.state() {
+        // In name order, not the cache's hash order: a drill's seed then decides everything.
+        let mut runs = c.ctx.stores.runjobs.state();
+        runs.sort_by_key(|r| r.name_any());
+        for run in runs {
             round.reconciles += 1;
             round.errors += usize::from(runjob::reconcile(run, c.ctx.clone()).await.is_err());
         }
         c.sync_stores().await;
-        for t in c.ctx.stores.tenants.state() {
+        let mut tenants = c.ctx.stores.tenants.state();
+        tenants.sort_by_key(|t| t.name_any());
+        for t in tenants {
             round.reconciles += 1;
             round.errors += usize::from(tenant::reconcile(t, c.ctx.clone()).await.is_err());
         }
@@ -172,7 +177,8 @@ impl Fleet {
     /// marked Complete or Failed with the last error.
     pub async fn run_pending_jobs(&self) -> usize {
         let c = &self.cluster;
-        let jobs = c.jobs().list(&ListParams::default()).await.unwrap().items;
+        let mut jobs = c.jobs().list(&ListParams::default()).await.unwrap().items;
+        jobs.sort_by_key(|j| j.name_any());
         let mut ran = 0;
         for job in jobs {
             let finished = job

@@ -15,6 +15,7 @@ mod leader;
 mod operator;
 mod provision;
 mod replicas;
+mod restart_drill;
 mod suspend;
 mod uninstall;
 

@@ -10,8 +10,10 @@ use sentry_tenants::provision::{ChError, sha256_hex};
 use sentry_tenants_tests::Faults;
 use sentry_tenants_tests::fleet::{Fleet, clickhouse_user, tenant_names};
 
+/// Not a restart (the real one is the cluster tier's `restart_drill`): the harness empties the caches
+/// and refills them from the in-memory API before every pass, so each pass decides from a fresh list.
 #[tokio::test]
-async fn an_operator_restarted_after_every_step_completes_a_run_exactly_once() {
+async fn a_pass_from_freshly_listed_caches_after_every_step_completes_a_run_exactly_once() {
     let fleet = Fleet::new().await;
     let c = &fleet.cluster;
     fleet.create_tenants(&["acme".into()]).await;
@@ -35,7 +37,7 @@ async fn an_operator_restarted_after_every_step_completes_a_run_exactly_once() {
     }
     let job_creates = c.log.creates_of("jobs");
     sentry_tenants_tests::summary(&format!(
-        "restart drill: steps={steps} job_creates={job_creates} duplicate_jobs={} runjobs={}",
+        "fresh-cache drill: steps={steps} job_creates={job_creates} duplicate_jobs={} runjobs={}",
         fleet.duplicate_jobs(),
         fleet.live_runs().await.len()
     ));
@@ -119,10 +121,19 @@ async fn click_until(
     clicks
 }
 
-#[tokio::test]
-async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplicates() {
-    let n = drill_tenants();
-    let seed = drill_seed();
+/// What one API-fault drill did and left behind.
+struct Drill {
+    fleet: Fleet,
+    faults: std::sync::Arc<Faults>,
+    clicks: usize,
+    wrongly_active: usize,
+    rotated: usize,
+    rounds_to_quiet: Result<usize, sentry_tenants_tests::fleet::Round>,
+}
+
+/// Provisions `n` tenants, then suspends and resumes every other one, all through the dashboard's
+/// action routes, with 10 % of the operator's and provisioner's API calls failing as `seed` decides.
+async fn api_fault_drill(n: usize, seed: u64) -> Drill {
     let fleet = Fleet::new().await;
     let names = tenant_names(n);
     fleet.create_tenants(&names).await;
@@ -141,9 +152,64 @@ async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplic
     let unlocked = |t: &Tenant| !t.spec.suspended && !t.access_locked() && active(t);
     clicks += click_until(&fleet, &half, "resume", unlocked, &mut wrongly_active).await;
     let rounds_to_quiet = fleet.converge(MAX_ROUNDS).await;
-
     let rotated = passwords_changed(&passwords, &fleet.stored_passwords().await)
         + fleet.clickhouse.password_changes();
+    Drill {
+        fleet,
+        faults,
+        clicks,
+        wrongly_active,
+        rotated,
+        rounds_to_quiet,
+    }
+}
+
+/// Every request the drill's code made, in order, with the answer it got. An Event's name is left out:
+/// kube's recorder makes it from the wall clock, and it decides nothing.
+fn requests_made(fleet: &Fleet) -> Vec<String> {
+    fleet
+        .cluster
+        .log
+        .all()
+        .iter()
+        .map(|r| {
+            let path = match r.path.split_once("/events/") {
+                Some((before, _)) => format!("{before}/events/<name>"),
+                None => r.path.clone(),
+            };
+            format!("{} {path}?{} {}", r.method, r.query, r.status)
+        })
+        .collect()
+}
+
+/// Prints, if the test fails, the command that replays its drill.
+struct ReplayOnFailure(u64, usize);
+
+impl Drop for ReplayOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            sentry_tenants_tests::summary(&format!(
+                "api-fault drill failed; replay it with: SENTRY_TENANTS_DRILL_SEED={} SENTRY_TENANTS_DRILL_TENANTS={} \
+                 cargo test -p sentry-tenants-tests --test integration fault_drills::under_ten_percent",
+                self.0, self.1
+            ));
+        }
+    }
+}
+
+#[tokio::test]
+async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplicates() {
+    let n = drill_tenants();
+    let seed = drill_seed();
+    let _replay = ReplayOnFailure(seed, n);
+    let Drill {
+        fleet,
+        faults,
+        clicks,
+        wrongly_active,
+        rotated,
+        rounds_to_quiet,
+    } = api_fault_drill(n, seed).await;
     let duplicate_jobs = fleet.duplicate_jobs();
     let duplicate_runs = fleet.duplicate_runjobs().await;
     let lock_mismatches = fleet.lock_mismatches().await;
@@ -151,7 +217,8 @@ async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplic
     sentry_tenants_tests::summary(&format!(
         "api-fault drill: seed={seed} tenants={n} requests={} faults_injected={} clicks={clicks} \
          runs={} duplicate_jobs={duplicate_jobs} duplicate_runjobs={duplicate_runs} \
-         wrongly_active={wrongly_active} rotated={rotated} lock_mismatches={} runs_left={}",
+         wrongly_active={wrongly_active} rotated={rotated} lock_mismatches={} runs_left={} \
+         (replay: SENTRY_TENANTS_DRILL_SEED={seed})",
         fleet.cluster.log.len(),
         faults.injected(),
         fleet.runs_finished().await,
@@ -178,6 +245,32 @@ async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplic
         live_runs.is_empty(),
         "finished runs not cleaned up: {live_runs:?}"
     );
+}
+
+/// A seed is a replay: the same seed makes the same requests in the same order and injects the same
+/// faults at the same places, and another seed does not.
+#[tokio::test]
+async fn one_seed_gives_one_drill() {
+    let first = api_fault_drill(24, 7).await;
+    let again = api_fault_drill(24, 7).await;
+    let other = api_fault_drill(24, 8).await;
+    let (a, b, c) = (
+        requests_made(&first.fleet),
+        requests_made(&again.fleet),
+        requests_made(&other.fleet),
+    );
+    assert!(first.faults.injected() > 0);
+    assert_eq!(first.faults.injected(), again.faults.injected());
+    let diverged = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert!(
+        a.len() == b.len() && diverged.is_none(),
+        "seed 7 twice: {} and {} requests, first difference at {diverged:?}: {:?} / {:?}",
+        a.len(),
+        b.len(),
+        diverged.map(|i| &a[i]),
+        diverged.map(|i| &b[i])
+    );
+    assert_ne!(a, c, "another seed, another drill");
 }
 
 /// Tenants whose stored password is not the one first stored.
