@@ -49,7 +49,8 @@ async fn running(runs: &Api<RunJob>, name: &str) {
     .await;
 }
 
-async fn holder(s: &Setup) -> Option<String> {
+/// Who holds the operator's Lease now.
+pub async fn holder(s: &Setup) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
     leases
         .get_opt(LEASE_NAME)

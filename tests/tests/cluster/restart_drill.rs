@@ -7,15 +7,14 @@
 use std::process::{Child, Command, Stdio};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
-use sentry_tenants::leader::LEASE_NAME;
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
 
 use crate::provision::{password, provision_run, tenant};
+use crate::replicas::holder;
 use crate::{Setup, setup};
 
 const RUN: &str = "acme-provision-1";
@@ -102,16 +101,6 @@ fn stop_operator(mut child: Child) {
         status.success(),
         "the operator's graceful shutdown: {status}"
     );
-}
-
-async fn holder(s: &Setup) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
-    leases
-        .get_opt(LEASE_NAME)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
