@@ -95,6 +95,18 @@ async fn provision_from_the_page(b: &Client, name: &str) {
     .await;
 }
 
+/// Waits for the tenant's page to show it Active with its credentials Secret, updated live (no
+/// reload since [`mark_page`]).
+async fn shown_active_live(b: &Client, name: &str) {
+    eventually("the tenant shown Active", || async {
+        attr(b, "h1 .badge", "data-phase").await == "Active"
+    })
+    .await;
+    let secret = format!("{name}-clickhouse");
+    assert!(text(b, "dl.facts").await.contains(&secret));
+    assert!(same_page(b).await, "updates arrived live, without a reload");
+}
+
 /// Suspend asks first: opens the confirmation (a screenshot of it if named) and confirms.
 async fn suspend_confirmed(b: &Client, shot: Option<&str>) {
     click(b, ".actions a.btn").await;
@@ -147,15 +159,7 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         .await;
         c.job_succeeded("acme-provision-1").await;
         c.report_provisioned("acme").await;
-        eventually("the tenant shown Active", || async {
-            attr(&b, "h1 .badge", "data-phase").await == "Active"
-        })
-        .await;
-        assert!(text(&b, "dl.facts").await.contains("acme-clickhouse"));
-        assert!(
-            same_page(&b).await,
-            "updates arrived live, without a reload"
-        );
+        shown_active_live(&b, "acme").await;
         screenshot(&b, "tenant-detail").await;
 
         suspend_confirmed(&b, Some("tenant-confirm-suspend")).await;

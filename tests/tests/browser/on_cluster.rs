@@ -11,8 +11,8 @@ use sentry_tenants_tests::cluster_tier::{Operator, provision_run, setup};
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
 use super::{
-    attr, click, exists, fill, provision_from_the_page, same_page, submit_new_tenant,
-    suspend_confirmed,
+    attr, click, exists, fill, provision_from_the_page, same_page, shown_active_live,
+    submit_new_tenant, suspend_confirmed,
 };
 
 /// Serves `router` on a loopback port, as `run` serves the dashboard; returns its base URL.
@@ -57,15 +57,7 @@ fn on_a_real_cluster_create_provision_suspend_resume_and_watch_a_run_counted_dow
         fill(&b, "#display_name", "Acme Corp").await;
         submit_new_tenant(&b, "acme").await;
         provision_from_the_page(&b, "acme").await;
-        eventually("the tenant shown Active", || async {
-            attr(&b, "h1 .badge", "data-phase").await == "Active"
-        })
-        .await;
-        assert!(text(&b, "dl.facts").await.contains("acme-clickhouse"));
-        assert!(
-            same_page(&b).await,
-            "updates arrived live, without a reload"
-        );
+        shown_active_live(&b, "acme").await;
 
         suspend_confirmed(&b, None).await;
         eventually("Suspended", || async {
