@@ -17,7 +17,9 @@ pub struct TenantRow {
     /// RFC 3339.
     pub created: Option<String>,
     pub suspended: bool,
-    pub access_locked: bool,
+    /// ClickHouse logins as the `AccessLocked` condition says: "locked", "allowed", "locking…",
+    /// "unlocking…", "lock failed", "unlock failed"; "—" before provisioning.
+    pub logins: String,
     /// A Provision run exists that has not finished.
     pub provisioning: bool,
 }
@@ -296,7 +298,7 @@ mod tests {
             secret_name: None,
             created: None,
             suspended: false,
-            access_locked: false,
+            logins: "—".into(),
             provisioning: false,
         };
         assert!(row.can_provision() && row.can_suspend() && !row.can_resume());

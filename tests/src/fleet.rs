@@ -17,7 +17,7 @@ use sentry_tenants::controller::{runjob, tenant};
 use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, RunAction, RunJob, Tenant, TenantPhase};
 use sentry_tenants::names::TenantName;
 use sentry_tenants::provision::sql::TenantIdents;
-use sentry_tenants::provision::{PASSWORD_KEY, Provisioner, TenantSync, sha256_hex};
+use sentry_tenants::provision::{PASSWORD_KEY, Provisioner, TenantSync};
 use sentry_tenants::web::actions::{self, Actions};
 use tower::ServiceExt;
 
@@ -258,17 +258,15 @@ impl Fleet {
     /// not seen the click yet.)
     pub async fn wrongly_active(&self) -> Vec<String> {
         let passwords = self.stored_passwords().await;
-        let users = self.clickhouse.users();
         let mut wrong = Vec::new();
         for t in self.tenants().await {
             if t.phase() != Some(TenantPhase::Active) {
                 continue;
             }
             let name = t.name_any();
-            let login_works = match (passwords.get(&name), users.get(&clickhouse_user(&name))) {
-                (Some(password), Some(hash)) => sha256_hex(password) == *hash,
-                _ => false,
-            };
+            let login_works = passwords
+                .get(&name)
+                .is_some_and(|p| self.clickhouse.password_matches(&clickhouse_user(&name), p));
             let observed = t.status.as_ref().and_then(|s| s.observed_generation);
             if !login_works {
                 wrong.push(format!("{name}: no working ClickHouse login"));
@@ -284,26 +282,71 @@ impl Fleet {
         duplicates(&self.cluster.log.all(), "jobs")
     }
 
-    /// Runs that should not exist: a second successful run of one action for one tenant generation
-    /// (Suspend/Resume), or a second RunJob created under one name.
-    pub async fn duplicate_runjobs(&self) -> usize {
-        let mut succeeded: BTreeMap<(String, String), usize> = BTreeMap::new();
+    /// Lock runs that should not exist: for each tenant, successful Suspend/Resume runs beyond one per
+    /// change of `spec.suspended` the user made (`changes`, by tenant; counted by the drill from the
+    /// tenants it read back, not from run names), plus any RunJob created twice under one name.
+    pub async fn duplicate_runjobs(&self, changes: &BTreeMap<String, usize>) -> usize {
+        let mut extra = 0;
         for t in self.tenants().await {
-            for h in t.history() {
-                if h.phase == sentry_tenants::crd::RunPhase::Succeeded
-                    && matches!(h.action, RunAction::Suspend | RunAction::Resume)
-                {
-                    // Serial = generation × 10 + attempt: the generation is all but the last digit.
-                    let serial = h.name.rsplit('-').next().unwrap_or_default();
-                    let generation = &serial[..serial.len().saturating_sub(1)];
-                    *succeeded
-                        .entry((t.name_any(), format!("{:?}-{generation}", h.action)))
-                        .or_default() += 1;
-                }
+            let succeeded = t
+                .history()
+                .iter()
+                .filter(|h| h.phase == sentry_tenants::crd::RunPhase::Succeeded)
+                .filter(|h| matches!(h.action, RunAction::Suspend | RunAction::Resume))
+                .count();
+            extra += succeeded.saturating_sub(changes.get(&t.name_any()).copied().unwrap_or(0));
+        }
+        extra + duplicates(&self.cluster.log.all(), "runjobs")
+    }
+
+    /// The lock states ClickHouse was put in for `tenant`'s user, in order, repeats folded: read from
+    /// the statements it was sent (`CREATE USER … HOST`, `ALTER USER … HOST`).
+    pub fn lock_states(&self, tenant: &str) -> Vec<bool> {
+        let user = format!("`{}`", clickhouse_user(tenant));
+        let mut states: Vec<bool> = Vec::new();
+        for sql in self.clickhouse.statements() {
+            let about_user = sql.starts_with(&format!("CREATE USER IF NOT EXISTS {user} "))
+                || sql.starts_with(&format!("ALTER USER {user} "));
+            if !about_user || !sql.contains(" HOST ") {
+                continue;
+            }
+            // `CREATE USER IF NOT EXISTS` of an existing user changes nothing.
+            if sql.starts_with("CREATE") && !states.is_empty() {
+                continue;
+            }
+            let locked = sql.contains(" HOST NONE");
+            if states.last() != Some(&locked) {
+                states.push(locked);
             }
         }
-        let extra_successes: usize = succeeded.values().map(|n| n - 1).sum();
-        extra_successes + duplicates(&self.cluster.log.all(), "runjobs")
+        states
+    }
+
+    /// Tenants whose `AccessLocked` condition, computed for their current generation, says their logins
+    /// are locked (or allowed) while ClickHouse has them otherwise: what the dashboard tells a user
+    /// about a suspension must be true whenever it is said.
+    pub async fn lock_claims_wrong(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        for t in self.tenants().await {
+            let Some(claim) = t.status.as_ref().and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == "AccessLocked" && c.observed_generation == t.metadata.generation)
+            }) else {
+                continue;
+            };
+            let claimed = match claim.reason.as_str() {
+                "LoginsLocked" => true,
+                "LoginsAllowed" => false,
+                _ => continue,
+            };
+            let name = t.name_any();
+            let actual = self.clickhouse.is_locked(&clickhouse_user(&name));
+            if actual != Some(claimed) {
+                wrong.push(format!("{name}: says {} but ClickHouse has {actual:?}", claim.reason));
+            }
+        }
+        wrong
     }
 
     /// Runs finished and recorded in the tenants' histories.

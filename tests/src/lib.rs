@@ -1002,6 +1002,14 @@ pub mod clickhouse_seam {
         pub fn password_changes(&self) -> usize {
             self.state.lock().unwrap().model.password_changes()
         }
+        /// Whether `password` is `user`'s, by a SHA-256 computed here and not by the provisioner.
+        pub fn password_matches(&self, user: &str, password: &str) -> bool {
+            self.state.lock().unwrap().model.password_matches(user, password)
+        }
+        /// Whether `user` may log in with `password`: the right password and logins not locked.
+        pub fn may_log_in(&self, user: &str, password: &str) -> bool {
+            self.state.lock().unwrap().model.may_log_in(user, password)
+        }
         /// Every later query fails with `error` until `recover`.
         pub fn fail(&self, error: ChError) {
             self.fail_after(0, error);

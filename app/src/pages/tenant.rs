@@ -44,7 +44,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Ready"</dt><dd><ReadyCell ready=t.ready reason=t.ready_reason.clone() message=t.ready_message.clone()/> " " <span class="muted">{t.ready_message.clone()}</span></dd>
                                 <dt>"Database"</dt><dd><code>{t.database.clone().unwrap_or_else(|| "—".into())}</code></dd>
                                 <dt>"Credentials Secret"</dt><dd><code>{t.secret_name.clone().unwrap_or_else(|| "—".into())}</code></dd>
-                                <dt>"Logins"</dt><dd>{if t.access_locked { "locked" } else { "allowed" }}</dd>
+                                <dt>"Logins"</dt><dd>{t.logins.clone()}</dd>
                             </dl>
                             <h2>"Conditions"</h2>
                             <table class="grid">

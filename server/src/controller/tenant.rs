@@ -3,8 +3,9 @@
 //! 2. `status.phase` is a pure function of spec.suspended, the provisioner's report
 //!    (`status.clickHouseDatabaseName`) and the tenant's runs — recomputed every time, never toggled.
 //! 3. `Ready`, `Provisioned` and `AccessLocked` conditions follow the phase; transition times move only on flips.
-//! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant, a
-//!    Suspend/Resume RunJob is created for that generation — one at a time, a failed one retried up to
+//! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant — or nobody
+//!    knows what it enforces, because the latest lock run failed after perhaps changing it — a
+//!    Suspend/Resume RunJob is created for that generation: one at a time, a failed one retried up to
 //!    [`MAX_LOCK_ATTEMPTS`] times, never more.
 //! 5. Status is written only when it changed.
 //!
@@ -58,14 +59,16 @@ struct Finished<'a> {
     at: Option<Timestamp>,
 }
 
-/// Latest finished Provision run, considering both live RunJobs and the history on the tenant.
-fn latest_finished_provision<'a>(
+/// Latest finished run of an action `of` accepts, considering both live RunJobs and the history on the
+/// tenant.
+fn latest_finished<'a>(
     runs: &'a [Arc<RunJob>],
     history: &'a [RunRecord],
+    of: impl Fn(RunAction) -> bool,
 ) -> Option<Finished<'a>> {
     let live = runs
         .iter()
-        .filter(|r| r.spec.action == RunAction::Provision)
+        .filter(|r| of(r.spec.action))
         .filter_map(|r| {
             let status = r.status.as_ref()?;
             let phase = status.phase.filter(|p| p.is_finished())?;
@@ -78,14 +81,48 @@ fn latest_finished_provision<'a>(
         });
     let recorded = history
         .iter()
-        .filter(|h| h.action == RunAction::Provision)
+        .filter(|h| of(h.action))
         .map(|h| Finished {
             name: &h.name,
             phase: h.phase,
             message: &h.message,
             at: Some(h.finished_at.0),
         });
-    live.chain(recorded).max_by_key(|f| f.at)
+    // Kubernetes times have whole seconds, so two runs can finish "at once"; the later run has the
+    // higher serial (a lock run's serial grows with the generation, a Provision run's with each retry).
+    live.chain(recorded).max_by_key(|f| (f.at, serial(f.name)))
+}
+
+/// The number a run's name ends with (`acme-suspend-41` → 41); 0 for a name made by hand without one.
+fn serial(name: &str) -> u64 {
+    name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+fn latest_finished_provision<'a>(
+    runs: &'a [Arc<RunJob>],
+    history: &'a [RunRecord],
+) -> Option<Finished<'a>> {
+    latest_finished(runs, history, |a| a == RunAction::Provision)
+}
+
+fn is_lock_action(action: RunAction) -> bool {
+    matches!(action, RunAction::Suspend | RunAction::Resume)
+}
+
+fn lock_run_in_flight(runs: &[Arc<RunJob>]) -> bool {
+    runs.iter()
+        .any(|r| is_lock_action(r.spec.action) && r.is_in_flight())
+}
+
+/// What ClickHouse's login lock is, as far as the tenant can tell: the provisioner's last report
+/// (`status.accessLocked`), unless a Suspend/Resume run is in flight or the latest one failed. Either
+/// may have changed the lock without a report reaching the status (a pod lost between the statement and
+/// the status write), so then the lock is unknown and only a run can settle it.
+pub fn enforced_lock(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<bool> {
+    let in_flight = lock_run_in_flight(runs);
+    let latest_failed = latest_finished(runs, tenant.history(), is_lock_action)
+        .is_some_and(|f| f.phase == RunPhase::Failed);
+    (!in_flight && !latest_failed).then(|| tenant.access_locked())
 }
 
 pub fn provision_runs(runs: &[Arc<RunJob>], history: &[RunRecord]) -> ProvisionRuns {
@@ -165,32 +202,32 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
     );
 
     if database.is_some() {
-        let locked = current.access_locked.unwrap_or(false);
-        let lock_in_flight = runs.iter().any(|r| {
-            matches!(r.spec.action, RunAction::Suspend | RunAction::Resume) && r.is_in_flight()
-        });
-        // Out of step with no run in flight and none left to try: the attempts were used up.
-        let gave_up = !lock_in_flight && lock_run_needed(tenant, runs).is_none();
-        let (reason, message) = match (locked, tenant.spec.suspended, gave_up) {
-            (true, true, _) => ("LoginsLocked", "ClickHouse logins are locked"),
-            (false, false, _) => ("LoginsAllowed", "ClickHouse logins are allowed"),
-            (false, true, false) => (
+        let suspended = tenant.spec.suspended;
+        let enforced = enforced_lock(tenant, runs);
+        // Out of step (or unknown) with no run in flight and none left to try: the attempts were used up.
+        let gave_up = !lock_run_in_flight(runs) && lock_run_needed(tenant, runs).is_none();
+        let (reason, message) = match (enforced, suspended, gave_up) {
+            (Some(true), true, _) => ("LoginsLocked", "ClickHouse logins are locked"),
+            (Some(false), false, _) => ("LoginsAllowed", "ClickHouse logins are allowed"),
+            (_, true, false) => (
                 "Locking",
                 "Suspended; a Suspend run is locking ClickHouse logins",
             ),
-            (true, false, false) => (
+            (_, false, false) => (
                 "Unlocking",
                 "Resumed; a Resume run is unlocking ClickHouse logins",
             ),
-            (false, true, true) => (
+            (_, true, true) => (
                 "LockFailed",
                 "Suspended, but locking ClickHouse logins failed on every attempt: see the run history, then resume and suspend again to retry",
             ),
-            (true, false, true) => (
+            (_, false, true) => (
                 "UnlockFailed",
                 "Resumed, but unlocking ClickHouse logins failed on every attempt: see the run history, then suspend and resume again to retry",
             ),
         };
+        // The status half says what was last reported; the reason says whether that is settled.
+        let locked = current.access_locked.unwrap_or(false);
         set_condition(
             c,
             "AccessLocked",
@@ -222,15 +259,14 @@ fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord]) -> String {
     }
 }
 
-/// Rule 4: the Suspend/Resume run this tenant needs now, if any. `None` when ClickHouse already enforces
-/// spec.suspended, when a lock run is in flight, or when this generation's run was already made.
+/// Rule 4: the Suspend/Resume run this tenant needs now, if any. `None` when ClickHouse is known to
+/// enforce spec.suspended ([`enforced_lock`]), when a lock run is in flight, or when this generation's
+/// run was already made (or tried [`MAX_LOCK_ATTEMPTS`] times).
 pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunAction, String)> {
-    if !tenant.is_provisioned() || tenant.spec.suspended == tenant.access_locked() {
+    if !tenant.is_provisioned() || enforced_lock(tenant, runs) == Some(tenant.spec.suspended) {
         return None;
     }
-    let lock_action =
-        |r: &Arc<RunJob>| matches!(r.spec.action, RunAction::Suspend | RunAction::Resume);
-    if runs.iter().any(|r| lock_action(r) && r.is_in_flight()) {
+    if lock_run_in_flight(runs) {
         return None;
     }
     let action = if tenant.spec.suspended {

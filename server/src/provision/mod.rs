@@ -217,6 +217,11 @@ impl<C: ClickHouse> Provisioner<C> {
         for statement in sql::provision(ids, &hash, locked) {
             self.exec(&statement.sql).await?;
         }
+        // `CREATE USER IF NOT EXISTS` leaves an existing user's hosts alone: a user made by an earlier
+        // attempt (before the tenant was suspended, say) gets the lock this run reports.
+        if user_exists {
+            self.exec(&sql::set_locked(ids, locked).sql).await?;
+        }
         let rotated = self.rotate && user_exists;
         if rotated {
             self.exec(&sql::rotate(ids, &hash).sql).await?;

@@ -173,7 +173,11 @@ pub fn plan(
 ) -> Vec<Statement> {
     let mut out = vec![select_version(), user_exists(&ids.user)];
     match action {
-        RunAction::Provision => out.extend(provision(ids, password_sha256_hex, locked)),
+        RunAction::Provision => {
+            out.extend(provision(ids, password_sha256_hex, locked));
+            // Sent only when the user already existed.
+            out.push(set_locked(ids, locked));
+        }
         RunAction::Suspend => out.push(set_locked(ids, true)),
         RunAction::Resume => out.push(set_locked(ids, false)),
     }

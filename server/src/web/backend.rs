@@ -9,6 +9,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams, LogParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
@@ -74,7 +75,7 @@ impl ClusterBackend {
                 .and_then(|s| s.click_house_secret_ref.as_ref().map(|r| r.name.clone())),
             created: t.metadata.creation_timestamp.as_ref().map(time),
             suspended: t.spec.suspended,
-            access_locked: status.and_then(|s| s.access_locked).unwrap_or(false),
+            logins: logins(status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "AccessLocked"))),
         }
     }
 
@@ -83,6 +84,21 @@ impl ClusterBackend {
         all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         all
     }
+}
+
+/// The `AccessLocked` condition's reason in the words the tenant page shows.
+fn logins(condition: Option<&Condition>) -> String {
+    let word = match condition.map(|c| c.reason.as_str()) {
+        None => "—",
+        Some("LoginsLocked") => "locked",
+        Some("LoginsAllowed") => "allowed",
+        Some("Locking") => "locking…",
+        Some("Unlocking") => "unlocking…",
+        Some("LockFailed") => "lock failed",
+        Some("UnlockFailed") => "unlock failed",
+        Some(other) => other,
+    };
+    word.to_owned()
 }
 
 pub fn run_row(r: &RunJob) -> RunRow {

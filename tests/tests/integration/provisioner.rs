@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use sentry_tenants::crd::{RunAction, TenantPhase};
 use sentry_tenants::names::TenantName;
 use sentry_tenants::provision::{
-    ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync, sha256_hex,
+    ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync,
 };
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS};
@@ -70,9 +70,8 @@ async fn provision_stores_credentials_before_the_user_exists_and_reports_status(
     ));
     assert!(ddl[2].starts_with("GRANT "));
     let pw = password(&c).await.expect("Secret written");
-    assert_eq!(
-        ch.user_hash("tenant_acme_user"),
-        Some(sha256_hex(&pw)),
+    assert!(
+        ch.may_log_in("tenant_acme_user", &pw),
         "the user logs in with the Secret's password"
     );
     assert!(
@@ -147,11 +146,16 @@ async fn a_hundred_reruns_leave_the_password_byte_identical() {
             "re-run {i} changed the password"
         );
     }
-    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&first)));
+    assert!(ch.password_matches("tenant_acme_user", &first));
+    // A re-run that finds the user re-asserts its hosts (`ALTER USER … HOST ANY`), never its password.
     assert!(
-        ch.ddl().iter().all(|s| !s.starts_with("ALTER USER")),
+        ch.ddl()
+            .iter()
+            .filter(|s| s.starts_with("ALTER USER"))
+            .all(|s| s == "ALTER USER `tenant_acme_user` HOST ANY"),
         "no rotation ever happened"
     );
+    assert_eq!(ch.password_changes(), 0);
 }
 
 #[tokio::test]
@@ -171,10 +175,7 @@ async fn a_user_without_its_secret_is_refused_not_rotated() {
     );
     assert!(ch.ddl().is_empty());
     assert!(password(&c).await.is_none(), "no Secret written");
-    assert_eq!(
-        ch.user_hash("tenant_acme_user"),
-        Some(sha256_hex("password-nobody-has-anymore"))
-    );
+    assert!(ch.password_matches("tenant_acme_user", "password-nobody-has-anymore"));
 }
 
 #[tokio::test]
@@ -188,7 +189,7 @@ async fn rotate_issues_new_credentials_only_when_asked() {
         .await
         .unwrap();
     let pw = password(&c).await.unwrap();
-    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&pw)));
+    assert!(ch.password_matches("tenant_acme_user", &pw));
     assert!(
         ch.ddl()
             .iter()
@@ -201,7 +202,7 @@ async fn rotate_issues_new_credentials_only_when_asked() {
         .unwrap();
     let rotated = password(&c).await.unwrap();
     assert_ne!(rotated, pw);
-    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&rotated)));
+    assert!(ch.password_matches("tenant_acme_user", &rotated));
 }
 
 #[tokio::test]
@@ -409,7 +410,7 @@ async fn unreachable_clickhouse_mid_provision_fails_classified_and_a_retry_reuse
     ch.recover();
     p.run(&acme(), RunAction::Provision).await.unwrap();
     let pw = password(&c).await.unwrap();
-    assert_eq!(ch.user_hash("tenant_acme_user"), Some(sha256_hex(&pw)));
+    assert!(ch.password_matches("tenant_acme_user", &pw));
 }
 
 /// The whole path: a Provision RunJob's Job runs the provisioner with the env the Job carries, and only
@@ -465,4 +466,35 @@ async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisi
         Some(TenantPhase::Active),
         "still Active after cleanup"
     );
+}
+
+/// An attempt that created the user and then failed leaves it with the hosts of its day; a retry made
+/// after the tenant was suspended must lock the user, not only report it locked.
+#[tokio::test]
+async fn a_retried_provision_locks_a_user_an_earlier_attempt_left_unlocked() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    // Version, user check, CREATE DATABASE and CREATE USER are answered; the GRANT is not.
+    ch.fail_after(4, ChError::Unreachable("connection reset".into()));
+    p.run(&acme(), RunAction::Provision).await.unwrap_err();
+    assert_eq!(ch.is_locked("tenant_acme_user"), Some(false));
+
+    ch.recover();
+    c.set_suspended("acme", true).await;
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    assert_eq!(
+        c.tenant("acme").await.status.unwrap().access_locked,
+        Some(true)
+    );
+    assert_eq!(
+        ch.is_locked("tenant_acme_user"),
+        Some(true),
+        "reported locked, so locked: {:#?}",
+        ch.ddl()
+    );
+    let password = password(&c).await.unwrap();
+    assert!(ch.password_matches("tenant_acme_user", &password));
+    assert!(!ch.may_log_in("tenant_acme_user", &password));
 }

@@ -229,3 +229,89 @@ async fn history_is_bounded_newest_first_and_survives_cleanup() {
             .contains(&format!("acme-provision-{total} failed"))
     );
 }
+
+/// A suspended tenant whose Suspend run succeeded and was reported.
+async fn locked_tenant(name: &str) -> Cluster {
+    let c = active_tenant(name).await;
+    c.set_suspended(name, true).await;
+    c.settle().await;
+    let suspend = in_flight(&c, RunAction::Suspend).await.expect("a Suspend run");
+    c.job_succeeded(&suspend).await;
+    c.report_access_locked(name, true).await;
+    c.settle().await;
+    assert_eq!(
+        condition(&c.tenant(name).await, "AccessLocked").reason,
+        "LoginsLocked"
+    );
+    c
+}
+
+async fn in_flight(c: &Cluster, action: RunAction) -> Option<String> {
+    c.runjobs()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|r| r.spec.action == action && r.is_in_flight())
+        .map(|r| r.name_any())
+}
+
+/// A Resume run that failed may have unlocked ClickHouse before it failed (its pod lost between the
+/// statement and the status write), so `accessLocked: true` no longer proves the lock: suspending again
+/// is enforced by a Suspend run, and until it succeeds the tenant does not say its logins are locked.
+#[tokio::test]
+async fn after_a_failed_resume_suspending_again_is_enforced_by_a_run() {
+    let c = locked_tenant("acme").await;
+    c.set_suspended("acme", false).await;
+    c.settle().await;
+    let resume = in_flight(&c, RunAction::Resume).await.expect("a Resume run");
+    c.job_failed(&resume, "BackoffLimitExceeded", "pod lost after the unlock")
+        .await;
+    c.set_suspended("acme", true).await;
+    c.settle().await;
+
+    let suspend = in_flight(&c, RunAction::Suspend)
+        .await
+        .expect("a Suspend run although the status still says locked");
+    let t = c.tenant("acme").await;
+    assert!(t.access_locked(), "the last report is kept as it was");
+    assert_eq!(condition(&t, "AccessLocked").reason, "Locking");
+
+    c.job_succeeded(&suspend).await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(301));
+    c.settle().await;
+    assert_eq!(
+        condition(&c.tenant("acme").await, "AccessLocked").reason,
+        "LoginsLocked"
+    );
+    assert_eq!(c.log.creates_of("runjobs"), 3, "Suspend, Resume, Suspend");
+}
+
+/// While a Resume run is in flight it may unlock ClickHouse at any moment: a suspension clicked
+/// meanwhile is not shown as locked on the strength of the report from before the Resume, and once the
+/// Resume has reported, a Suspend run follows.
+#[tokio::test]
+async fn a_suspension_during_a_resume_run_is_not_shown_locked_until_enforced() {
+    let c = locked_tenant("acme").await;
+    c.set_suspended("acme", false).await;
+    c.settle().await;
+    let resume = in_flight(&c, RunAction::Resume).await.expect("a Resume run");
+    c.set_suspended("acme", true).await;
+    c.settle().await;
+    assert_eq!(
+        condition(&c.tenant("acme").await, "AccessLocked").reason,
+        "Locking"
+    );
+    assert_eq!(in_flight(&c, RunAction::Suspend).await, None, "one at a time");
+
+    c.job_succeeded(&resume).await;
+    c.report_access_locked("acme", false).await;
+    c.settle().await;
+    assert!(in_flight(&c, RunAction::Suspend).await.is_some());
+    assert_eq!(
+        condition(&c.tenant("acme").await, "AccessLocked").reason,
+        "Locking"
+    );
+}
