@@ -8,8 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use axum::body::Body;
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
 use http::{Method, Request, StatusCode, header};
 use jiff::SignedDuration;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -41,6 +44,14 @@ impl Round {
     pub fn quiet(&self) -> bool {
         self.writes == 0 && self.errors == 0 && self.jobs_run == 0
     }
+}
+
+/// What the API held at one moment.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    pub tenants: Vec<Tenant>,
+    pub runs: Vec<RunJob>,
+    pub jobs: Vec<Job>,
 }
 
 pub struct Fleet {
@@ -159,6 +170,59 @@ impl Fleet {
         round
     }
 
+    /// What the API holds now, as a watch that lags would still show it later.
+    pub async fn snapshot(&self) -> Snapshot {
+        let c = &self.cluster;
+        let all = ListParams::default();
+        Snapshot {
+            tenants: c.tenants().list(&all).await.unwrap().items,
+            runs: c.runjobs().list(&all).await.unwrap().items,
+            jobs: c.jobs().list(&all).await.unwrap().items,
+        }
+    }
+
+    /// One pass of both controllers over caches that lag, each on its own as three watches would: the
+    /// Tenant cache shows `tenants`, the RunJob cache `runs`, the Job cache `jobs`. Every cached object
+    /// is reconciled once, all side by side (interleaved at each API request), in the order `order`
+    /// gives: a seeded shuffle makes the interleaving, and the replay, the seed's.
+    pub async fn lagging_pass(
+        &self,
+        tenants: &Snapshot,
+        runs: &Snapshot,
+        jobs: &Snapshot,
+        order: impl FnOnce(&mut Vec<LocalBoxFuture<'static, bool>>),
+    ) -> Round {
+        let c = &self.cluster;
+        let writes_before = c.log.count(is_counted_write);
+        c.fill_stores(
+            tenants.tenants.clone(),
+            runs.runs.clone(),
+            jobs.jobs.clone(),
+        );
+        let mut reconciles: Vec<LocalBoxFuture<'static, bool>> = Vec::new();
+        let mut cached_runs = c.ctx.stores.runjobs.state();
+        cached_runs.sort_by_key(|r| r.name_any());
+        let mut cached_tenants = c.ctx.stores.tenants.state();
+        cached_tenants.sort_by_key(|t| t.name_any());
+        for run in cached_runs {
+            let ctx = c.ctx.clone();
+            reconciles
+                .push(async move { runjob::reconcile(run, ctx).await.is_err() }.boxed_local());
+        }
+        for t in cached_tenants {
+            let ctx = c.ctx.clone();
+            reconciles.push(async move { tenant::reconcile(t, ctx).await.is_err() }.boxed_local());
+        }
+        order(&mut reconciles);
+        let outcomes = futures::future::join_all(reconciles).await;
+        Round {
+            reconciles: outcomes.len(),
+            errors: outcomes.iter().filter(|failed| **failed).count(),
+            writes: c.log.count(is_counted_write) - writes_before,
+            jobs_run: 0,
+        }
+    }
+
     /// Rounds until one writes nothing, fails nothing and runs no Job. Returns the rounds taken, or
     /// `Err` with the last round when there is no fixpoint within `max_rounds`.
     pub async fn converge(&self, max_rounds: usize) -> Result<usize, Round> {
@@ -176,6 +240,12 @@ impl Fleet {
     /// (through the operator-side client, faults and all) up to `backoffLimit + 1` times, then is
     /// marked Complete or Failed with the last error.
     pub async fn run_pending_jobs(&self) -> usize {
+        self.run_pending_jobs_where(|_| true).await
+    }
+
+    /// [`Self::run_pending_jobs`] for the pending Jobs `now` picks (by name); the others' pods have not
+    /// started yet.
+    pub async fn run_pending_jobs_where(&self, mut now: impl FnMut(&str) -> bool) -> usize {
         let c = &self.cluster;
         let mut jobs = c.jobs().list(&ListParams::default()).await.unwrap().items;
         jobs.sort_by_key(|j| j.name_any());
@@ -190,6 +260,9 @@ impl Fleet {
                 continue;
             }
             let name = job.name_any();
+            if !now(&name) {
+                continue;
+            }
             let Some(run) = c.run(&name).await else {
                 continue;
             };
@@ -329,9 +402,9 @@ impl Fleet {
         let mut wrong = Vec::new();
         for t in self.tenants().await {
             let Some(claim) = t.status.as_ref().and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == "AccessLocked" && c.observed_generation == t.metadata.generation)
+                s.conditions.iter().find(|c| {
+                    c.type_ == "AccessLocked" && c.observed_generation == t.metadata.generation
+                })
             }) else {
                 continue;
             };
@@ -343,7 +416,10 @@ impl Fleet {
             let name = t.name_any();
             let actual = self.clickhouse.is_locked(&clickhouse_user(&name));
             if actual != Some(claimed) {
-                wrong.push(format!("{name}: says {} but ClickHouse has {actual:?}", claim.reason));
+                wrong.push(format!(
+                    "{name}: says {} but ClickHouse has {actual:?}",
+                    claim.reason
+                ));
             }
         }
         wrong

@@ -254,8 +254,34 @@ impl InterceptSlot {
 /// failing drill can be replayed. Half the 504s come *after* the request took effect, as a timeout does
 /// when the apiserver committed the write but the answer was lost: the client must not count on a
 /// failed write having changed nothing.
+/// A seeded xorshift64 generator: the drills' only source of chance, so a seed replays a drill.
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let x = &mut self.0;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+    /// Shuffles `items` (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
+
 pub struct Faults {
-    state: Mutex<u64>,
+    state: Mutex<XorShift>,
     rate_per_mille: u64,
     injected: std::sync::atomic::AtomicU64,
 }
@@ -263,18 +289,14 @@ pub struct Faults {
 impl Faults {
     pub fn new(seed: u64, rate_per_mille: u64) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(seed.max(1)),
+            state: Mutex::new(XorShift::new(seed)),
             rate_per_mille,
             injected: Default::default(),
         })
     }
 
     fn next(&self) -> u64 {
-        let mut x = self.state.lock().unwrap();
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
+        self.state.lock().unwrap().next_u64()
     }
 
     /// Installs these faults on the operator's client of `cluster` (the test's own client stays clean).
@@ -361,6 +383,9 @@ pub fn recording_client(
         let lost_reply = lost_reply.clone();
         let namespaces = namespaces.clone();
         async move {
+            // Every request is a point where other reconciles may run, as on a network; deterministic,
+            // so a drill that runs reconciles side by side replays from its seed.
+            tokio::task::yield_now().await;
             let (parts, body) = req.into_parts();
             let bytes: Bytes = body
                 .collect()
@@ -797,6 +822,12 @@ impl Cluster {
         let tenants = self.tenants().list(&all).await.unwrap().items;
         let runs = self.runjobs().list(&all).await.unwrap().items;
         let jobs = self.jobs().list(&all).await.unwrap().items;
+        self.fill_stores(tenants, runs, jobs);
+    }
+
+    /// Puts exactly these objects in the caches, as three watches would after listing them: the
+    /// objects need not be the API's current ones (a drill's lagging caches).
+    pub fn fill_stores(&self, tenants: Vec<Tenant>, runs: Vec<RunJob>, jobs: Vec<Job>) {
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, tenants);
         refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, runs);
@@ -1004,7 +1035,11 @@ pub mod clickhouse_seam {
         }
         /// Whether `password` is `user`'s, by a SHA-256 computed here and not by the provisioner.
         pub fn password_matches(&self, user: &str, password: &str) -> bool {
-            self.state.lock().unwrap().model.password_matches(user, password)
+            self.state
+                .lock()
+                .unwrap()
+                .model
+                .password_matches(user, password)
         }
         /// Whether `user` may log in with `password`: the right password and logins not locked.
         pub fn may_log_in(&self, user: &str, password: &str) -> bool {

@@ -66,28 +66,22 @@ fn latest_finished<'a>(
     history: &'a [RunRecord],
     of: impl Fn(RunAction) -> bool,
 ) -> Option<Finished<'a>> {
-    let live = runs
-        .iter()
-        .filter(|r| of(r.spec.action))
-        .filter_map(|r| {
-            let status = r.status.as_ref()?;
-            let phase = status.phase.filter(|p| p.is_finished())?;
-            Some(Finished {
-                name: r.metadata.name.as_deref().unwrap_or_default(),
-                phase,
-                message: status.message.as_deref().unwrap_or_default(),
-                at: status.completion_time.as_ref().map(|t| t.0),
-            })
-        });
-    let recorded = history
-        .iter()
-        .filter(|h| of(h.action))
-        .map(|h| Finished {
-            name: &h.name,
-            phase: h.phase,
-            message: &h.message,
-            at: Some(h.finished_at.0),
-        });
+    let live = runs.iter().filter(|r| of(r.spec.action)).filter_map(|r| {
+        let status = r.status.as_ref()?;
+        let phase = status.phase.filter(|p| p.is_finished())?;
+        Some(Finished {
+            name: r.metadata.name.as_deref().unwrap_or_default(),
+            phase,
+            message: status.message.as_deref().unwrap_or_default(),
+            at: status.completion_time.as_ref().map(|t| t.0),
+        })
+    });
+    let recorded = history.iter().filter(|h| of(h.action)).map(|h| Finished {
+        name: &h.name,
+        phase: h.phase,
+        message: &h.message,
+        at: Some(h.finished_at.0),
+    });
     // Kubernetes times have whole seconds, so two runs can finish "at once"; the later run has the
     // higher serial (a lock run's serial grows with the generation, a Provision run's with each retry).
     live.chain(recorded).max_by_key(|f| (f.at, serial(f.name)))
@@ -95,7 +89,10 @@ fn latest_finished<'a>(
 
 /// The number a run's name ends with (`acme-suspend-41` → 41); 0 for a name made by hand without one.
 fn serial(name: &str) -> u64 {
-    name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    name.rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 fn latest_finished_provision<'a>(

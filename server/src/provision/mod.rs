@@ -109,6 +109,11 @@ pub enum Outcome {
     },
     Locked,
     Unlocked,
+    /// A Suspend run for a tenant resumed since it was made, or a Resume run for one suspended since:
+    /// ClickHouse left alone, so a late run never moves the lock away from the spec.
+    Superseded {
+        suspended: bool,
+    },
 }
 
 impl Outcome {
@@ -130,6 +135,12 @@ impl Outcome {
             Self::Rotated { database } => format!("rotated the credentials of {database}"),
             Self::Locked => "ClickHouse logins locked".to_owned(),
             Self::Unlocked => "ClickHouse logins unlocked".to_owned(),
+            Self::Superseded { suspended: true } => {
+                "skipped: the tenant was suspended again after this Resume run was made; ClickHouse left as it was".to_owned()
+            }
+            Self::Superseded { suspended: false } => {
+                "skipped: the tenant was resumed after this Suspend run was made; ClickHouse left as it was".to_owned()
+            }
         }
     }
 }
@@ -250,6 +261,13 @@ impl<C: ClickHouse> Provisioner<C> {
         if !tenant.is_provisioned() {
             return Err(ProvisionError::NotProvisioned {
                 name: name.to_string(),
+            });
+        }
+        // The run was made for a spec that has changed since (its pod started late, or the operator
+        // decided from a stale cache): the run for the current spec does the work, if any is needed.
+        if tenant.spec.suspended != locked {
+            return Ok(Outcome::Superseded {
+                suspended: tenant.spec.suspended,
             });
         }
         self.check_version().await?;

@@ -224,6 +224,7 @@ impl TenantSync {
             Outcome::Rotated { .. } => "CredentialsRotated",
             Outcome::Locked => "AccessLocked",
             Outcome::Unlocked => "AccessUnlocked",
+            Outcome::Superseded { .. } => "RunSuperseded",
         };
         let recorder = Recorder::new(
             self.client.clone(),

@@ -75,7 +75,9 @@ impl ClusterBackend {
                 .and_then(|s| s.click_house_secret_ref.as_ref().map(|r| r.name.clone())),
             created: t.metadata.creation_timestamp.as_ref().map(time),
             suspended: t.spec.suspended,
-            logins: logins(status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "AccessLocked"))),
+            logins: logins(
+                status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "AccessLocked")),
+            ),
         }
     }
 

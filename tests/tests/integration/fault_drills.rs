@@ -188,7 +188,8 @@ async fn api_fault_drill(n: usize, seed: u64) -> Drill {
                 vec![false]
             };
             let states = fleet.lock_states(name);
-            (states != asked).then(|| format!("{name}: asked {asked:?}, ClickHouse went {states:?}"))
+            (states != asked)
+                .then(|| format!("{name}: asked {asked:?}, ClickHouse went {states:?}"))
         })
         .collect();
     Drill {
@@ -409,7 +410,9 @@ async fn clickhouse_lost_mid_provision_fails_classified_and_a_retry_keeps_the_cr
                 rotated += 1;
             }
             assert!(
-                fleet.clickhouse.may_log_in(&clickhouse_user(&name), &password),
+                fleet
+                    .clickhouse
+                    .may_log_in(&clickhouse_user(&name), &password),
                 "{name}: the Secret's password logs in"
             );
         }

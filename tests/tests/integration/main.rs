@@ -16,6 +16,7 @@ mod leader_election;
 mod operator_process;
 mod provisioner;
 mod runjob_rules;
+mod stale_cache_drill;
 mod tenant_rules;
 mod uninstall_check;
 mod watch_wiring;

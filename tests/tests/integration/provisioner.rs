@@ -9,9 +9,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use sentry_tenants::crd::{RunAction, TenantPhase};
 use sentry_tenants::names::TenantName;
-use sentry_tenants::provision::{
-    ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync,
-};
+use sentry_tenants::provision::{ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync};
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS};
 use serde_json::json;

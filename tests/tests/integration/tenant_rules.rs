@@ -235,7 +235,9 @@ async fn locked_tenant(name: &str) -> Cluster {
     let c = active_tenant(name).await;
     c.set_suspended(name, true).await;
     c.settle().await;
-    let suspend = in_flight(&c, RunAction::Suspend).await.expect("a Suspend run");
+    let suspend = in_flight(&c, RunAction::Suspend)
+        .await
+        .expect("a Suspend run");
     c.job_succeeded(&suspend).await;
     c.report_access_locked(name, true).await;
     c.settle().await;
@@ -265,7 +267,9 @@ async fn after_a_failed_resume_suspending_again_is_enforced_by_a_run() {
     let c = locked_tenant("acme").await;
     c.set_suspended("acme", false).await;
     c.settle().await;
-    let resume = in_flight(&c, RunAction::Resume).await.expect("a Resume run");
+    let resume = in_flight(&c, RunAction::Resume)
+        .await
+        .expect("a Resume run");
     c.job_failed(&resume, "BackoffLimitExceeded", "pod lost after the unlock")
         .await;
     c.set_suspended("acme", true).await;
@@ -297,14 +301,20 @@ async fn a_suspension_during_a_resume_run_is_not_shown_locked_until_enforced() {
     let c = locked_tenant("acme").await;
     c.set_suspended("acme", false).await;
     c.settle().await;
-    let resume = in_flight(&c, RunAction::Resume).await.expect("a Resume run");
+    let resume = in_flight(&c, RunAction::Resume)
+        .await
+        .expect("a Resume run");
     c.set_suspended("acme", true).await;
     c.settle().await;
     assert_eq!(
         condition(&c.tenant("acme").await, "AccessLocked").reason,
         "Locking"
     );
-    assert_eq!(in_flight(&c, RunAction::Suspend).await, None, "one at a time");
+    assert_eq!(
+        in_flight(&c, RunAction::Suspend).await,
+        None,
+        "one at a time"
+    );
 
     c.job_succeeded(&resume).await;
     c.report_access_locked("acme", false).await;
