@@ -22,6 +22,10 @@ use crate::clock::Clock;
 const CACHEABLE: [&str; 3] = ["/", "/tenants", "/runs"];
 /// A rendered page larger than this is not kept.
 const MAX_PAGE: usize = 4 << 20;
+/// Pages kept for one (caches version, second): the distinct list views people have open. The key is
+/// the whole URL, so without a bound a client sending a new query string with every request would make
+/// the server keep every page it rendered within the second.
+const MAX_KEPT: usize = 64;
 
 #[derive(Clone)]
 pub struct PageCache {
@@ -104,7 +108,9 @@ impl PageCache {
             entries.pages.clear();
             entries.at = at;
         }
-        entries.pages.insert(key, kept);
+        if entries.pages.len() < MAX_KEPT {
+            entries.pages.insert(key, kept);
+        }
     }
 }
 
@@ -171,6 +177,20 @@ fn with_fresh_nonce(kept: Kept) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_query_string_per_request_cannot_grow_the_cache_past_its_bound() {
+        let (_tx, rx) = watch::channel(0);
+        let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
+        let at = cache.now();
+        let page = || Kept::new(HeaderMap::new(), &Bytes::from_static(b"page"), "n".into());
+        for i in 0..1000 {
+            cache.put(format!("/tenants?x={i}"), at, page());
+        }
+        assert_eq!(cache.entries.lock().unwrap().pages.len(), MAX_KEPT);
+        assert!(cache.get("/tenants?x=0").is_some(), "the first ones are kept");
+        assert!(cache.get("/tenants?x=999").is_none());
+    }
 
     #[test]
     fn every_occurrence_of_the_nonce_is_replaced() {
