@@ -827,7 +827,11 @@ impl Cluster {
 
     /// Puts exactly these objects in the caches, as three watches would after listing them: the
     /// objects need not be the API's current ones (a drill's lagging caches).
-    pub fn fill_stores(&self, tenants: Vec<Tenant>, runs: Vec<RunJob>, jobs: Vec<Job>) {
+    pub fn fill_stores(&self, mut tenants: Vec<Tenant>, runs: Vec<RunJob>, jobs: Vec<Job>) {
+        // What `run`'s Tenant watch does before caching.
+        tenants
+            .iter_mut()
+            .for_each(sentry_tenants::controller::slim_tenant);
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, tenants);
         refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, runs);

@@ -10,6 +10,7 @@ mod wiring;
 pub use run_index::RunIndex;
 pub use wiring::{
     Cache, StoreWriters, Stores, Synced, cached_or_fetched, drop_managed_fields, run_controllers,
+    slim_tenant,
 };
 
 use std::sync::Arc;

@@ -502,22 +502,39 @@ pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
     ))
 }
 
-/// Keeps the run's outcome on the Tenant before the RunJob goes. Idempotent by uid; the
-/// resourceVersion precondition stops a stale cache from writing a second copy.
+/// Keeps the run's outcome on the Tenant before the RunJob goes. Idempotent by uid. The patch adds the
+/// record in front and drops what falls past [`HISTORY_LIMIT`], without sending the other records (the
+/// cache keeps them without their log tails, see [`super::slim_tenant`]); its resourceVersion makes a
+/// patch computed from a stale copy a conflict, never a record dropped or a second copy.
 pub async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> Result<()> {
     let record = run_record(run);
     if tenant.history().iter().any(|h| h.uid == record.uid) {
         return Ok(());
     }
-    let mut history = vec![record];
-    history.extend(tenant.history().iter().take(HISTORY_LIMIT - 1).cloned());
-    let patch = json!({
-        "metadata": { "resourceVersion": tenant.resource_version() },
-        "status": { "history": history },
-    });
+    let mut ops = vec![json!({
+        "op": "replace", "path": "/metadata/resourceVersion", "value": tenant.resource_version(),
+    })];
+    let kept = tenant.history().len();
+    if tenant.status.is_none() {
+        ops.push(json!({ "op": "add", "path": "/status", "value": { "history": [record] } }));
+    } else if kept == 0 {
+        ops.push(json!({ "op": "add", "path": "/status/history", "value": [record] }));
+    } else {
+        ops.push(json!({ "op": "add", "path": "/status/history/0", "value": record }));
+        // After the add there are kept + 1; the oldest past the limit go, last index first.
+        for index in (HISTORY_LIMIT..=kept).rev() {
+            ops.push(json!({ "op": "remove", "path": format!("/status/history/{index}") }));
+        }
+    }
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::Value::Array(ops)).expect("well-formed JSON patch");
     match ctx
         .tenants()
-        .patch_status(&name_of(tenant)?, &write_params(), &Patch::Merge(&patch))
+        .patch_status(
+            &name_of(tenant)?,
+            &write_params(),
+            &Patch::Json::<()>(patch),
+        )
         .await
     {
         Ok(_) => Ok(()),

@@ -196,6 +196,18 @@ pub fn drop_managed_fields<K: kube::ResourceExt>(obj: &mut K) {
     obj.managed_fields_mut().clear();
 }
 
+/// A Tenant as the caches keep it: no managedFields, and its history without the log tails. Those are
+/// most of a full history's bytes (20 runs × up to 4 KiB), no reconcile reads them, the history writer
+/// adds a record without rewriting the others, and the tenant page reads them from the API.
+pub fn slim_tenant(tenant: &mut Tenant) {
+    drop_managed_fields(tenant);
+    if let Some(status) = tenant.status.as_mut() {
+        for record in &mut status.history {
+            record.log_tail = None;
+        }
+    }
+}
+
 /// Maps a RunJob to the Tenant whose phase and history depend on it.
 pub fn tenant_of_run(run: Arc<RunJob>) -> Option<ObjectRef<Tenant>> {
     let ns = run.metadata.namespace.as_deref()?;
@@ -226,7 +238,7 @@ pub async fn run_controllers(
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(drop_managed_fields)
+    .modify(slim_tenant)
     .reflect_shared(tw)
     .inspect(ctx.stores.after_cached(Cache::Tenants))
     .for_each(|_| futures::future::ready(()));

@@ -38,6 +38,16 @@ fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
 }
 
 impl ClusterBackend {
+    /// The tenant as the API has it, history log tails included (the caches keep the history without
+    /// them); the cached copy if the API cannot be read, so the page still shows everything else.
+    async fn tenant_with_log_tails(&self, name: &str) -> Option<Arc<Tenant>> {
+        let api: Api<Tenant> = Api::namespaced(self.client.clone(), &self.namespace);
+        match api.get_opt(name).await {
+            Ok(found) => found.map(Arc::new),
+            Err(_) => self.tenant_object(name).await,
+        }
+    }
+
     fn in_namespace<K: kube::Resource>(&self, obj: &K) -> bool {
         obj.meta().namespace.as_deref() == Some(self.namespace.as_str())
     }
@@ -223,7 +233,7 @@ impl Backend for ClusterBackend {
     fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>> {
         let name = name.to_owned();
         Box::pin(async move {
-            let t = self.tenant_object(&name).await?;
+            let t = self.tenant_with_log_tails(&name).await?;
             let mut runs = self.stores.runs_of(&self.namespace, &name);
             newest_first(&mut runs);
             let status = t.status.clone().unwrap_or_default();

@@ -188,7 +188,10 @@ mod tests {
             cache.put(format!("/tenants?x={i}"), at, page());
         }
         assert_eq!(cache.entries.lock().unwrap().pages.len(), MAX_KEPT);
-        assert!(cache.get("/tenants?x=0").is_some(), "the first ones are kept");
+        assert!(
+            cache.get("/tenants?x=0").is_some(),
+            "the first ones are kept"
+        );
         assert!(cache.get("/tenants?x=999").is_none());
     }
 

@@ -49,11 +49,13 @@ async fn provision_suspend_resume_against_live_clickhouse() {
         .await
         .unwrap();
 
+    c.set_suspended(&tenant, true).await;
     p.run(&name, RunAction::Suspend).await.unwrap();
     assert!(
         login("SELECT 1").await.is_err(),
         "suspended user must not log in"
     );
+    c.set_suspended(&tenant, false).await;
     p.run(&name, RunAction::Resume).await.unwrap();
     login("SELECT 1").await.unwrap();
     let patch = serde_json::json!({"status": null});

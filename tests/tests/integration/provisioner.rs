@@ -303,6 +303,16 @@ async fn suspend_locks_and_resume_unlocks_idempotently() {
 
     p.run(&acme(), RunAction::Provision).await.unwrap();
     ch.clear();
+    // A Suspend run for a tenant that is not suspended (resumed since the run was made) changes nothing.
+    let late = p.run(&acme(), RunAction::Suspend).await.unwrap();
+    assert!(
+        late.describe().starts_with("skipped:"),
+        "{}",
+        late.describe()
+    );
+    assert_eq!(ch.ddl(), Vec::<String>::new());
+
+    c.set_suspended("acme", true).await;
     for _ in 0..2 {
         p.run(&acme(), RunAction::Suspend).await.unwrap();
     }
@@ -317,6 +327,7 @@ async fn suspend_locks_and_resume_unlocks_idempotently() {
         c.tenant("acme").await.status.unwrap().access_locked,
         Some(true)
     );
+    c.set_suspended("acme", false).await;
     p.run(&acme(), RunAction::Resume).await.unwrap();
     assert_eq!(
         ch.ddl().last().unwrap(),

@@ -325,3 +325,56 @@ async fn a_suspension_during_a_resume_run_is_not_shown_locked_until_enforced() {
         "Locking"
     );
 }
+
+/// The caches keep a tenant's history without its log tails (`slim_tenant`); recording a run from such a
+/// copy adds its record in front and drops only the oldest, leaving every other record's log tail as it
+/// was in the API.
+#[tokio::test]
+async fn recording_a_run_keeps_the_other_records_log_tails() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let earlier: Vec<serde_json::Value> = (0..HISTORY_LIMIT)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("acme-suspend-{}", 90 - i), "uid": format!("uid-{i}"),
+                "action": "Suspend", "phase": "Failed", "message": "earlier",
+                "finishedAt": "2026-11-30T11:00:00Z", "logTail": format!("log of run {i}\n"),
+            })
+        })
+        .collect();
+    let patch = serde_json::json!({"status": {"history": earlier}});
+    c.tenants()
+        .patch_status(
+            "acme",
+            &Default::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
+    c.settle().await;
+    c.job_succeeded("acme-provision-1").await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(301));
+    c.settle().await;
+    assert!(c.run("acme-provision-1").await.is_none(), "cleaned up");
+
+    let history = c.tenant("acme").await.history().to_vec();
+    assert_eq!(history.len(), HISTORY_LIMIT);
+    assert_eq!(history[0].name, "acme-provision-1");
+    for (i, record) in history[1..].iter().enumerate() {
+        assert_eq!(
+            record.uid,
+            format!("uid-{i}"),
+            "order kept, the oldest dropped"
+        );
+        assert_eq!(
+            record.log_tail.as_deref(),
+            Some(format!("log of run {i}\n").as_str()),
+            "{} lost its log tail",
+            record.name
+        );
+    }
+}
