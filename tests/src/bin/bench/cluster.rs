@@ -108,7 +108,16 @@ async fn in_memory_writes_per_tenant(n: usize) -> (f64, String) {
     )
 }
 
-pub async fn measure() -> Section {
+/// Objects as the real apiserver returned them, for the memory section.
+#[derive(Default)]
+pub struct Sample {
+    /// An Active tenant with the history record of its Provision run (the real pod's log tail).
+    pub tenant: Option<Tenant>,
+    /// A finished Provision run.
+    pub run: Option<RunJob>,
+}
+
+pub async fn measure() -> (Section, Sample) {
     let s = setup("bench").await;
     let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
@@ -133,6 +142,12 @@ pub async fn measure() -> Section {
         .await;
     }
     let all_active = started.elapsed();
+    // A finished run as the real apiserver returns it (managedFields and all), before its cleanup.
+    let sample_run = runs
+        .list(&ListParams::default())
+        .await
+        .ok()
+        .and_then(|l| l.items.into_iter().find(|r| r.is_finished()));
     wait_until("every run cleaned up", async || {
         runs.list(&ListParams::default())
             .await
@@ -143,6 +158,10 @@ pub async fn measure() -> Section {
     })
     .await;
     watch.abort();
+    let sample = Sample {
+        tenant: tenants.get(&names[0]).await.ok(),
+        run: sample_run,
+    };
     let mut latencies: Vec<f64> = {
         let seen = active.lock().unwrap();
         names
@@ -219,7 +238,7 @@ pub async fn measure() -> Section {
             by_kind(&lease_free, TENANTS)
         )),
     ];
-    Section::new(
+    let section = Section::new(
         format!("Real control plane, {TENANTS} tenants provisioned"),
         figures,
     )
@@ -228,5 +247,6 @@ pub async fn measure() -> Section {
          operator and each provisioning Job's pod run the release binary under the tests' stand-in kubelet; \
          ClickHouse is the tests' HTTP stand-in (every statement parsed by chdb). Latency includes the real \
          Job controller, pod start by the stand-in and the provisioner's own run.",
-    )
+    );
+    (section, sample)
 }

@@ -54,14 +54,16 @@ fn main() -> anyhow::Result<()> {
             if n == *scales.last().unwrap() {
                 eprintln!("bench: SSE fan-out");
                 sections.push(sse::measure(&fleet.cluster).await);
-                eprintln!("bench: memory at {n} tenants");
-                sections.push(memory::measure(n).await);
             }
         }
         eprintln!("bench: install");
         sections.push(install::measure().await);
         eprintln!("bench: real control plane, {} tenants", cluster::TENANTS);
-        sections.push(cluster::measure().await);
+        let (section, sample) = cluster::measure().await;
+        sections.push(section);
+        let n = *scales.last().unwrap();
+        eprintln!("bench: memory at {n} tenants");
+        sections.push(memory::measure(n, sample).await);
     });
     eprintln!("bench: sizes");
     sections.push(sizes::measure(&workspace_root()));

@@ -1,14 +1,16 @@
-//! Memory: what `run`'s caches cost per byte of the objects they hold. A child process (a clean heap)
-//! builds N tenants and N runs as JSON from real templates, then feeds them through the same steps
-//! `run`'s watches take (deserialize, drop managedFields, store) and reports its resident set before
-//! and after.
+//! Memory: what `run`'s caches cost. A child process (a clean heap) builds N tenants and N runs as JSON
+//! from templates — taken from the real apiserver of the control plane section when it ran, managedFields
+//! and all — feeds them through the same steps `run`'s watches take (deserialize, slim, store) and
+//! reports its resident set before and after. Measured with one history record per tenant, and with
+//! full histories (20 records, each with a log tail of the largest size kept) against the Deployment's
+//! memory limit.
 
 use std::io::Write as _;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
-use sentry_tenants::controller::{RunIndex, drop_managed_fields};
+use sentry_tenants::controller::{HISTORY_LIMIT, RunIndex, drop_managed_fields, slim_tenant};
 use sentry_tenants::crd::{RunAction, RunJob, Tenant};
 use sentry_tenants_tests::fleet::Fleet;
 use serde::{Deserialize, Serialize};
@@ -35,39 +37,90 @@ struct ProbeResult {
     had_managed_fields: bool,
 }
 
-pub async fn measure(n: usize) -> Section {
-    let templates = templates().await;
-    let path =
-        std::env::temp_dir().join(format!("sentry-tenants-bench-{}.json", std::process::id()));
-    std::fs::write(&path, serde_json::to_vec(&templates).unwrap()).unwrap();
-    let stripped = run_probe(&path, n, false);
-    let kept = run_probe(&path, n, true);
-    let _ = std::fs::remove_file(&path);
-    let ratio = |p: &ProbeResult| {
-        (p.rss_after_kib.saturating_sub(p.rss_before_kib) * 1024) as f64 / p.json_bytes as f64
+/// How the probe treats what it caches.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// As `run` does: managedFields dropped, history log tails dropped from tenants.
+    Slim,
+    /// Everything kept, as the caches would hold the objects without `run`'s slimming.
+    Keep,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Self::Slim => "slim",
+            Self::Keep => "keep",
+        }
+    }
+}
+
+/// The largest log tail a finished run keeps (the bytes `run` asks the pod log for).
+const LOG_TAIL_BYTES: usize = 4096;
+
+pub async fn measure(n: usize, sample: crate::cluster::Sample) -> Section {
+    let real = sample.tenant.is_some() && sample.run.is_some();
+    let one = templates(sample).await;
+    let full = with_full_history(&one);
+    let probe = |t: &Templates, mode: Mode| {
+        let path = std::env::temp_dir().join(format!(
+            "sentry-tenants-bench-{}-{}.json",
+            std::process::id(),
+            mode.arg()
+        ));
+        std::fs::write(&path, serde_json::to_vec(t).unwrap()).unwrap();
+        let result = run_probe(&path, n, mode);
+        let _ = std::fs::remove_file(&path);
+        result
     };
+    let baseline = probe(&one, Mode::Slim);
+    let kept = probe(&one, Mode::Keep);
+    let full_slim = probe(&full, Mode::Slim);
+    let full_kept = probe(&full, Mode::Keep);
+    let ratio = |p: &ProbeResult| p.cache_kib() as f64 * 1024.0 / p.json_bytes as f64;
     let mib = |kib: u64| kib as f64 / 1024.0;
+    let json_mib = |p: &ProbeResult| p.json_bytes as f64 / 1024.0 / 1024.0;
+    let limit = deployment_memory_limit_mib();
+    let source = if real {
+        "taken from the real apiserver (control plane section): managedFields as it wrote them"
+    } else {
+        "from the in-memory API (no managedFields): the control plane section did not run"
+    };
     Section::new(
         format!("Memory, {n} tenants + {n} runs in the caches"),
         vec![
-            figure("cache RSS / objects' JSON size", ratio(&stripped), "×")
+            figure("cache RSS / objects' JSON size", ratio(&baseline), "×")
                 .goal(Goal::AtMost(3.0))
                 .note(format!(
-                    "{:.1} MiB resident for {:.1} MiB of JSON",
-                    mib(stripped.rss_after_kib - stripped.rss_before_kib),
-                    stripped.json_bytes as f64 / 1024.0 / 1024.0
+                    "{:.1} MiB resident for {:.1} MiB of JSON; each tenant with one history record",
+                    mib(baseline.cache_kib()),
+                    json_mib(&baseline)
                 )),
-            figure("same, keeping managedFields", ratio(&kept), "×").note(if kept.had_managed_fields {
-                "what the caches cost before `run` dropped managedFields (nothing reads them)"
-            } else {
-                "the in-memory API sends no managedFields, so the two are equal here; a real apiserver sends \
-                 them, and `run` drops them before caching (nothing reads them)"
-            }),
-            figure("JSON per object", stripped.json_bytes as f64 / stripped.objects as f64, "bytes")
-                .note(format!(
-                    "an Active tenant with its history and a finished run, as the API returns them (managedFields present: {})",
-                    stripped.had_managed_fields
-                )),
+            figure("same, keeping managedFields", ratio(&kept), "×").note(format!(
+                "{:.1} MiB: what the caches cost without `run`'s slimming (managedFields present: {})",
+                mib(kept.cache_kib()),
+                kept.had_managed_fields
+            )),
+            figure("JSON per object", baseline.json_bytes as f64 / baseline.objects as f64, "bytes")
+                .note(format!("an Active tenant with one history record and a finished run; {source}")),
+            figure(
+                format!("full histories: cache RSS, {n} tenants × {HISTORY_LIMIT} runs recorded"),
+                mib(full_slim.cache_kib()),
+                "MiB",
+            )
+            .goal(Goal::AtMost(limit / 2.0))
+            .note(format!(
+                "Deployment memory limit {limit:.0} MiB, goal half of it; {:.1} MiB of JSON \
+                 ({:.0} bytes per tenant), every record's log tail {LOG_TAIL_BYTES} bytes (the largest kept) \
+                 and dropped before caching, the live runs' kept",
+                json_mib(&full_slim),
+                (full_slim.json_bytes as f64 - n as f64 * full_run_bytes(&full)) / n as f64
+            )),
+            figure("full histories, nothing slimmed", mib(full_kept.cache_kib()), "MiB").note(format!(
+                "{:.0} % of the memory limit: why the caches drop history log tails (the tenant page reads \
+                 them from the API) and managedFields",
+                100.0 * mib(full_kept.cache_kib()) / limit
+            )),
         ],
     )
     .remark(
@@ -76,8 +129,95 @@ pub async fn measure(n: usize) -> Section {
     )
 }
 
-/// An Active tenant with its status and a finished Provision run, as the API returns them.
-async fn templates() -> Templates {
+impl ProbeResult {
+    fn cache_kib(&self) -> u64 {
+        self.rss_after_kib.saturating_sub(self.rss_before_kib)
+    }
+}
+
+/// The memory limit of the operator's container in the Deployment this repo installs.
+fn deployment_memory_limit_mib() -> f64 {
+    let yaml = include_str!("../../../../manifests/deployment.yaml");
+    let after_limits = &yaml[yaml.find("limits:").expect("a limits block")..];
+    let value = after_limits
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("memory:"))
+        .expect("a memory limit")
+        .trim();
+    let mib: f64 = value
+        .strip_suffix("Mi")
+        .expect("the limit is given in Mi")
+        .parse()
+        .expect("a number");
+    mib
+}
+
+fn full_run_bytes(t: &Templates) -> f64 {
+    serde_json::to_string(&t.run).unwrap().len() as f64
+}
+
+/// `n` bytes of `text` repeated: a log tail of the largest kept size, made of real log lines.
+fn log_of_size(text: &str, n: usize) -> String {
+    let line = if text.is_empty() {
+        "{\"level\":\"INFO\",\"message\":\"provisioned\"}\n"
+    } else {
+        text
+    };
+    line.chars().cycle().take(n).collect()
+}
+
+/// The templates with a full history on the tenant: [`HISTORY_LIMIT`] records like its first one, each
+/// with a log tail of [`LOG_TAIL_BYTES`], and the run's log tail as large.
+fn with_full_history(one: &Templates) -> Templates {
+    let mut tenant = one.tenant.clone();
+    let record = match &tenant["status"]["history"][0] {
+        Value::Null => {
+            let run: RunJob = serde_json::from_value(one.run.clone()).expect("a RunJob");
+            serde_json::to_value(sentry_tenants::controller::runjob::run_record(&run)).unwrap()
+        }
+        recorded => recorded.clone(),
+    };
+    let tail = log_of_size(
+        record["logTail"].as_str().unwrap_or_default(),
+        LOG_TAIL_BYTES,
+    );
+    let history: Vec<Value> = (0..HISTORY_LIMIT)
+        .map(|i| {
+            let mut r = record.clone();
+            r["name"] = format!("{TEMPLATE}-provision-{}", i + 1).into();
+            r["uid"] = format!("{i:04}-{}", r["uid"].as_str().unwrap_or_default()).into();
+            r["logTail"] = tail.clone().into();
+            r
+        })
+        .collect();
+    tenant["status"]["history"] = history.into();
+    let mut run = one.run.clone();
+    run["status"]["logTail"] = tail.into();
+    Templates { tenant, run }
+}
+
+/// An Active tenant with its status and a finished Provision run: as the real apiserver returned them
+/// when the control plane section ran, else as the in-memory API does.
+async fn templates(sample: crate::cluster::Sample) -> Templates {
+    if let (Some(tenant), Some(run)) = (sample.tenant, sample.run) {
+        let rename = |value: Value, name: &str| {
+            let text = serde_json::to_string(&value)
+                .unwrap()
+                .replace(name, TEMPLATE);
+            serde_json::from_str(&text).unwrap()
+        };
+        let tenant_name = tenant.name_any();
+        let run_tenant = run.spec.tenant.clone();
+        return Templates {
+            tenant: rename(serde_json::to_value(tenant).unwrap(), &tenant_name),
+            run: rename(serde_json::to_value(run).unwrap(), &run_tenant),
+        };
+    }
+    in_memory_templates().await
+}
+
+/// An Active tenant with its status and a finished Provision run, as the in-memory API returns them.
+async fn in_memory_templates() -> Templates {
     let fleet = Fleet::new().await;
     let c = &fleet.cluster;
     fleet.create_tenants(&[TEMPLATE.to_owned()]).await;
@@ -103,12 +243,12 @@ async fn templates() -> Templates {
     }
 }
 
-fn run_probe(templates: &std::path::Path, n: usize, keep_managed_fields: bool) -> ProbeResult {
+fn run_probe(templates: &std::path::Path, n: usize, mode: Mode) -> ProbeResult {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("memory-probe")
         .arg(templates)
         .arg(n.to_string())
-        .arg(if keep_managed_fields { "keep" } else { "drop" })
+        .arg(mode.arg())
         .output()
         .expect("memory probe runs");
     assert!(
@@ -119,7 +259,7 @@ fn run_probe(templates: &std::path::Path, n: usize, keep_managed_fields: bool) -
     serde_json::from_slice(&out.stdout).expect("probe prints its result")
 }
 
-/// The child: `memory-probe <templates> <n> <keep|drop>`.
+/// The child: `memory-probe <templates> <n> <slim|keep>`.
 pub fn probe(args: &[String]) -> anyhow::Result<()> {
     let templates: Templates = serde_json::from_slice(&std::fs::read(&args[0])?)?;
     let n: usize = args[1].parse()?;
@@ -143,8 +283,10 @@ pub fn probe(args: &[String]) -> anyhow::Result<()> {
     let mut tenant_cache: Writer<Tenant> = Writer::default();
     let mut run_cache: Writer<RunJob> = Writer::default();
     let run_index = RunIndex::default();
-    fill(&mut tenant_cache, &tenants, keep, |_| {})?;
-    fill(&mut run_cache, &runs, keep, |event| run_index.apply(event))?;
+    fill(&mut tenant_cache, &tenants, keep, slim_tenant, |_| {})?;
+    fill(&mut run_cache, &runs, keep, drop_managed_fields, |event| {
+        run_index.apply(event)
+    })?;
     let rss_after_kib = rss_kib();
     assert_eq!(tenant_cache.as_reader().len(), n);
     assert_eq!(run_cache.as_reader().len(), n);
@@ -167,7 +309,8 @@ pub fn probe(args: &[String]) -> anyhow::Result<()> {
 fn fill<K>(
     cache: &mut Writer<K>,
     texts: &[String],
-    keep_managed_fields: bool,
+    keep_everything: bool,
+    slim: impl Fn(&mut K),
     also: impl Fn(&Event<K>),
 ) -> anyhow::Result<()>
 where
@@ -180,8 +323,8 @@ where
     apply(Event::Init);
     for text in texts {
         let mut obj: K = serde_json::from_str(text)?;
-        if !keep_managed_fields {
-            drop_managed_fields(&mut obj);
+        if !keep_everything {
+            slim(&mut obj);
         }
         apply(Event::InitApply(obj));
     }
