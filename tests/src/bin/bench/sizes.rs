@@ -45,9 +45,9 @@ pub fn measure(root: &Path) -> Section {
         .note(format!("raw {:.1} KiB", kib(raw)))
         .why_missed(
             "the module is Leptos' reactive runtime, router and hydration plus serde_json for the server \
-             functions' answers, built with opt-level z, fat LTO, panic=abort and no name section (dropping the \
-             name section took it from 600 to under 400 KiB). Debian's wasm-opt (binaryen 108) -Oz made the \
-             gzip larger, not smaller; going further means fewer generic views or a smaller wire format",
+             functions' answers, built with opt-level z, fat LTO, panic=abort and no name section; going \
+             further means fewer generic views or a smaller wire format, each to be measured here before it \
+             is claimed",
         );
     figures.push(bundle);
     Section::new("Sizes", figures).remark(remarks.join(" "))
