@@ -55,6 +55,9 @@ impl Mode {
     }
 }
 
+/// The share of the memory limit the caches may take: twice that during a relist, and room for the rest.
+const RELIST_SHARE: f64 = 0.4;
+
 /// The largest log tail a finished run keeps (the bytes `run` asks the pod log for).
 const LOG_TAIL_BYTES: usize = 4096;
 
@@ -108,11 +111,13 @@ pub async fn measure(n: usize, sample: crate::cluster::Sample) -> Section {
                 mib(full_slim.cache_kib()),
                 "MiB",
             )
-            .goal(Goal::AtMost(limit / 2.0))
+            .goal(Goal::AtMost(limit * RELIST_SHARE))
             .note(format!(
-                "Deployment memory limit {limit:.0} MiB, goal half of it; {:.1} MiB of JSON \
+                "Deployment memory limit {limit:.0} MiB; goal {:.0} % of it, since a watch relist holds a \
+                 second copy of a cache until it completes and the rest of the process needs room; {:.1} MiB of JSON \
                  ({:.0} bytes per tenant), every record's log tail {LOG_TAIL_BYTES} bytes (the largest kept) \
                  and dropped before caching, the live runs' kept",
+                RELIST_SHARE * 100.0,
                 json_mib(&full_slim),
                 (full_slim.json_bytes as f64 - n as f64 * full_run_bytes(&full)) / n as f64
             )),
