@@ -66,7 +66,7 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
     );
     let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 5, "{stdout}");
+    assert_eq!(lines.len(), 6, "{stdout}");
     assert_eq!(lines[0], "SELECT version();");
     assert_eq!(
         lines[2],
@@ -78,6 +78,8 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
         lines[3]
     );
     assert!(lines[4].starts_with("GRANT "));
+    // Sent only when the user already existed (a retried run): its hosts are made to match the spec.
+    assert_eq!(lines[5], "ALTER USER `tenant_acme_corp_user` HOST ANY;");
 
     let out = bin()
         .args([

@@ -254,6 +254,26 @@ impl InterceptSlot {
 /// failing drill can be replayed. Half the 504s come *after* the request took effect, as a timeout does
 /// when the apiserver committed the write but the answer was lost: the client must not count on a
 /// failed write having changed nothing.
+/// `name` from the environment parsed as a `T`, else `default`: the drills' knobs
+/// (`SENTRY_TENANTS_DRILL_SEED`, …).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Prints, if the test it lives in fails, the command that replays its drill.
+pub struct ReplayOnFailure(pub String);
+
+impl Drop for ReplayOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            summary(&format!("drill failed; replay it with: {}", self.0));
+        }
+    }
+}
+
 /// A seeded xorshift64 generator: the drills' only source of chance, so a seed replays a drill.
 pub struct XorShift(u64);
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use sentry_tenants::crd::{RunAction, RunPhase, Tenant, TenantPhase};
 use sentry_tenants::provision::ChError;
-use sentry_tenants_tests::Faults;
 use sentry_tenants_tests::fleet::{Fleet, clickhouse_user, tenant_names};
+use sentry_tenants_tests::{Faults, ReplayOnFailure};
 
 /// Not a restart (the real one is the cluster tier's `restart_drill`): the harness empties the caches
 /// and refills them from the in-memory API before every pass, so each pass decides from a fresh list.
@@ -53,18 +53,12 @@ async fn a_pass_from_freshly_listed_caches_after_every_step_completes_a_run_exac
 
 /// Tenants in the API-fault drill (`SENTRY_TENANTS_DRILL_TENANTS` overrides, e.g. for a quick local run).
 fn drill_tenants() -> usize {
-    std::env::var("SENTRY_TENANTS_DRILL_TENANTS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1000)
+    sentry_tenants_tests::env_or("SENTRY_TENANTS_DRILL_TENANTS", 1000)
 }
 
 /// Seed of the API-fault drill (`SENTRY_TENANTS_DRILL_SEED` replays a failing one).
 fn drill_seed() -> u64 {
-    std::env::var("SENTRY_TENANTS_DRILL_SEED")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0x5eed_2026)
+    sentry_tenants_tests::env_or("SENTRY_TENANTS_DRILL_SEED", 0x5eed_2026)
 }
 
 /// Rounds the fleet may take to settle after a batch of clicks before the drill calls it a livelock.
@@ -222,26 +216,14 @@ fn requests_made(fleet: &Fleet) -> Vec<String> {
         .collect()
 }
 
-/// Prints, if the test fails, the command that replays its drill.
-struct ReplayOnFailure(u64, usize);
-
-impl Drop for ReplayOnFailure {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            sentry_tenants_tests::summary(&format!(
-                "api-fault drill failed; replay it with: SENTRY_TENANTS_DRILL_SEED={} SENTRY_TENANTS_DRILL_TENANTS={} \
-                 cargo test -p sentry-tenants-tests --test integration fault_drills::under_ten_percent",
-                self.0, self.1
-            ));
-        }
-    }
-}
-
 #[tokio::test]
 async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplicates() {
     let n = drill_tenants();
     let seed = drill_seed();
-    let _replay = ReplayOnFailure(seed, n);
+    let _replay = ReplayOnFailure(format!(
+        "SENTRY_TENANTS_DRILL_SEED={seed} SENTRY_TENANTS_DRILL_TENANTS={n} \
+         cargo test -p sentry-tenants-tests --test integration fault_drills::under_ten_percent"
+    ));
     let Drill {
         fleet,
         faults,

@@ -11,8 +11,8 @@ use jiff::SignedDuration;
 use kube::ResourceExt;
 use sentry_tenants::controller::HISTORY_LIMIT;
 use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, TenantPhase};
-use sentry_tenants_tests::XorShift;
 use sentry_tenants_tests::fleet::{Fleet, Snapshot, clickhouse_user, tenant_names};
+use sentry_tenants_tests::{ReplayOnFailure, XorShift};
 
 const TENANTS: usize = 10;
 const STEPS: usize = 120;
@@ -22,32 +22,11 @@ const MAX_ROUNDS: usize = 40;
 
 /// How many steps a cache may lag (`SENTRY_TENANTS_STALE_LAG`; 0 is the fresh-cache control run).
 fn max_lag() -> usize {
-    std::env::var("SENTRY_TENANTS_STALE_LAG")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(3)
+    sentry_tenants_tests::env_or("SENTRY_TENANTS_STALE_LAG", 3)
 }
 
 fn drill_seed() -> u64 {
-    std::env::var("SENTRY_TENANTS_DRILL_SEED")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0x57a1_e2026)
-}
-
-/// Prints, if the test fails, the command that replays its drill.
-struct ReplayOnFailure(u64, usize);
-
-impl Drop for ReplayOnFailure {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            sentry_tenants_tests::summary(&format!(
-                "stale-cache drill failed; replay it with: SENTRY_TENANTS_DRILL_SEED={} SENTRY_TENANTS_STALE_LAG={} \
-                 cargo test -p sentry-tenants-tests --test integration stale_cache_drill",
-                self.0, self.1
-            ));
-        }
-    }
+    sentry_tenants_tests::env_or("SENTRY_TENANTS_DRILL_SEED", 0x57a1_e2026)
 }
 
 /// Each tenant's ClickHouse lock (`None`: no user).
@@ -61,7 +40,10 @@ fn locks(fleet: &Fleet, names: &[String]) -> BTreeMap<String, Option<bool>> {
 #[tokio::test]
 async fn caches_lagging_the_api_neither_duplicate_nor_lose_nor_revert() {
     let (lag, seed) = (max_lag(), drill_seed());
-    let _replay = ReplayOnFailure(seed, lag);
+    let _replay = ReplayOnFailure(format!(
+        "SENTRY_TENANTS_DRILL_SEED={seed} SENTRY_TENANTS_STALE_LAG={lag} \
+         cargo test -p sentry-tenants-tests --test integration stale_cache_drill"
+    ));
     let mut rng = XorShift::new(seed);
     let fleet = Fleet::new().await;
     let c = &fleet.cluster;

@@ -248,6 +248,17 @@ async fn locked_tenant(name: &str) -> Cluster {
     c
 }
 
+/// A locked tenant just resumed, with the name of its Resume run in flight.
+async fn resuming_tenant(name: &str) -> (Cluster, String) {
+    let c = locked_tenant(name).await;
+    c.set_suspended(name, false).await;
+    c.settle().await;
+    let resume = in_flight(&c, RunAction::Resume)
+        .await
+        .expect("a Resume run");
+    (c, resume)
+}
+
 async fn in_flight(c: &Cluster, action: RunAction) -> Option<String> {
     c.runjobs()
         .list(&Default::default())
@@ -264,12 +275,7 @@ async fn in_flight(c: &Cluster, action: RunAction) -> Option<String> {
 /// is enforced by a Suspend run, and until it succeeds the tenant does not say its logins are locked.
 #[tokio::test]
 async fn after_a_failed_resume_suspending_again_is_enforced_by_a_run() {
-    let c = locked_tenant("acme").await;
-    c.set_suspended("acme", false).await;
-    c.settle().await;
-    let resume = in_flight(&c, RunAction::Resume)
-        .await
-        .expect("a Resume run");
+    let (c, resume) = resuming_tenant("acme").await;
     c.job_failed(&resume, "BackoffLimitExceeded", "pod lost after the unlock")
         .await;
     c.set_suspended("acme", true).await;
@@ -298,12 +304,7 @@ async fn after_a_failed_resume_suspending_again_is_enforced_by_a_run() {
 /// Resume has reported, a Suspend run follows.
 #[tokio::test]
 async fn a_suspension_during_a_resume_run_is_not_shown_locked_until_enforced() {
-    let c = locked_tenant("acme").await;
-    c.set_suspended("acme", false).await;
-    c.settle().await;
-    let resume = in_flight(&c, RunAction::Resume)
-        .await
-        .expect("a Resume run");
+    let (c, resume) = resuming_tenant("acme").await;
     c.set_suspended("acme", true).await;
     c.settle().await;
     assert_eq!(
