@@ -152,22 +152,32 @@ impl Fleet {
         let writes_before = c.log.count(is_counted_write);
         let mut round = Round::default();
         c.sync_stores().await;
-        // In name order, not the cache's hash order: a drill's seed then decides everything.
-        let mut runs = c.ctx.stores.runjobs.state();
-        runs.sort_by_key(|r| r.name_any());
-        for run in runs {
+        for run in self.cached_runs() {
             round.reconciles += 1;
             round.errors += usize::from(runjob::reconcile(run, c.ctx.clone()).await.is_err());
         }
         c.sync_stores().await;
-        let mut tenants = c.ctx.stores.tenants.state();
-        tenants.sort_by_key(|t| t.name_any());
-        for t in tenants {
+        for t in self.cached_tenants() {
             round.reconciles += 1;
             round.errors += usize::from(tenant::reconcile(t, c.ctx.clone()).await.is_err());
         }
         round.writes = c.log.count(is_counted_write) - writes_before;
         round
+    }
+
+    /// The cached RunJobs in name order, not the cache's hash order: a drill's seed then decides
+    /// everything.
+    fn cached_runs(&self) -> Vec<Arc<RunJob>> {
+        let mut runs = self.cluster.ctx.stores.runjobs.state();
+        runs.sort_by_key(|r| r.name_any());
+        runs
+    }
+
+    /// The cached Tenants in name order.
+    fn cached_tenants(&self) -> Vec<Arc<Tenant>> {
+        let mut tenants = self.cluster.ctx.stores.tenants.state();
+        tenants.sort_by_key(|t| t.name_any());
+        tenants
     }
 
     /// What the API holds now, as a watch that lags would still show it later.
@@ -200,16 +210,12 @@ impl Fleet {
             jobs.jobs.clone(),
         );
         let mut reconciles: Vec<LocalBoxFuture<'static, bool>> = Vec::new();
-        let mut cached_runs = c.ctx.stores.runjobs.state();
-        cached_runs.sort_by_key(|r| r.name_any());
-        let mut cached_tenants = c.ctx.stores.tenants.state();
-        cached_tenants.sort_by_key(|t| t.name_any());
-        for run in cached_runs {
+        for run in self.cached_runs() {
             let ctx = c.ctx.clone();
             reconciles
                 .push(async move { runjob::reconcile(run, ctx).await.is_err() }.boxed_local());
         }
-        for t in cached_tenants {
+        for t in self.cached_tenants() {
             let ctx = c.ctx.clone();
             reconciles.push(async move { tenant::reconcile(t, ctx).await.is_err() }.boxed_local());
         }

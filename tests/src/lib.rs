@@ -1042,13 +1042,6 @@ pub mod clickhouse_seam {
                 .users
                 .insert(user.to_owned(), sha256_hex(password));
         }
-        pub fn user_hash(&self, user: &str) -> Option<String> {
-            self.state.lock().unwrap().model.users.get(user).cloned()
-        }
-        /// Every user and its password hash.
-        pub fn users(&self) -> std::collections::HashMap<String, String> {
-            self.state.lock().unwrap().model.users.clone()
-        }
         /// Whether `user`'s logins are locked (`HOST NONE`), as the last statement about it left them.
         pub fn is_locked(&self, user: &str) -> Option<bool> {
             self.state.lock().unwrap().model.locked.get(user).copied()

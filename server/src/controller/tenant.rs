@@ -202,7 +202,7 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         let suspended = tenant.spec.suspended;
         let enforced = enforced_lock(tenant, runs);
         // Out of step (or unknown) with no run in flight and none left to try: the attempts were used up.
-        let gave_up = !lock_run_in_flight(runs) && lock_run_needed(tenant, runs).is_none();
+        let gave_up = !lock_run_in_flight(runs) && next_lock_run(tenant, runs, enforced).is_none();
         let (reason, message) = match (enforced, suspended, gave_up) {
             (Some(true), true, _) => ("LoginsLocked", "ClickHouse logins are locked"),
             (Some(false), false, _) => ("LoginsAllowed", "ClickHouse logins are allowed"),
@@ -260,7 +260,16 @@ fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord]) -> String {
 /// enforce spec.suspended ([`enforced_lock`]), when a lock run is in flight, or when this generation's
 /// run was already made (or tried [`MAX_LOCK_ATTEMPTS`] times).
 pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunAction, String)> {
-    if !tenant.is_provisioned() || enforced_lock(tenant, runs) == Some(tenant.spec.suspended) {
+    next_lock_run(tenant, runs, enforced_lock(tenant, runs))
+}
+
+/// [`lock_run_needed`], given the tenant's [`enforced_lock`] (computed once per reconcile).
+fn next_lock_run(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    enforced: Option<bool>,
+) -> Option<(RunAction, String)> {
+    if !tenant.is_provisioned() || enforced == Some(tenant.spec.suspended) {
         return None;
     }
     if lock_run_in_flight(runs) {

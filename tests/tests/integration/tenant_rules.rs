@@ -233,11 +233,7 @@ async fn history_is_bounded_newest_first_and_survives_cleanup() {
 /// A suspended tenant whose Suspend run succeeded and was reported.
 async fn locked_tenant(name: &str) -> Cluster {
     let c = active_tenant(name).await;
-    c.set_suspended(name, true).await;
-    c.settle().await;
-    let suspend = in_flight(&c, RunAction::Suspend)
-        .await
-        .expect("a Suspend run");
+    let suspend = set_suspended_and_settle(&c, name, true).await;
     c.job_succeeded(&suspend).await;
     c.report_access_locked(name, true).await;
     c.settle().await;
@@ -251,12 +247,22 @@ async fn locked_tenant(name: &str) -> Cluster {
 /// A locked tenant just resumed, with the name of its Resume run in flight.
 async fn resuming_tenant(name: &str) -> (Cluster, String) {
     let c = locked_tenant(name).await;
-    c.set_suspended(name, false).await;
-    c.settle().await;
-    let resume = in_flight(&c, RunAction::Resume)
-        .await
-        .expect("a Resume run");
+    let resume = set_suspended_and_settle(&c, name, false).await;
     (c, resume)
+}
+
+/// Sets `spec.suspended`, lets the reconcilers settle, and returns the lock run they started.
+async fn set_suspended_and_settle(c: &Cluster, name: &str, suspended: bool) -> String {
+    c.set_suspended(name, suspended).await;
+    c.settle().await;
+    let action = if suspended {
+        RunAction::Suspend
+    } else {
+        RunAction::Resume
+    };
+    in_flight(c, action)
+        .await
+        .unwrap_or_else(|| panic!("a {action:?} run"))
 }
 
 async fn in_flight(c: &Cluster, action: RunAction) -> Option<String> {
