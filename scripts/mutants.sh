@@ -23,12 +23,13 @@ fi
 export CARGO_TARGET_DIR=$PWD/target/mutants
 files=(-f 'server/src/controller/*.rs' -f 'server/src/provision/*.rs' -f 'server/src/install/*.rs')
 scope=(--package sentry-tenants --test-package sentry-tenants --test-package sentry-tenants-tests
-  "${files[@]}" --sharding round-robin)
+  "${files[@]}")
 if [ "${1:-}" = --list ]; then
   exec cargo mutants --list "${scope[@]}"
 fi
 shard=()
-[ -n "${1:-}" ] && shard=(--shard "$1")
+# Round-robin, so that each shard samples every file (cargo-mutants requires --shard with it).
+[ -n "${1:-}" ] && shard=(--shard "$1" --sharding round-robin)
 cargo mutants "${scope[@]}" "${shard[@]}" --no-shuffle --timeout-multiplier 3 \
   -- --lib --test integration -- \
   --skip fault_drills::under_ten_percent --skip clickhouse_live --skip clickhouse_parser \
