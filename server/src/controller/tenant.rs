@@ -473,4 +473,56 @@ mod tests {
         // Even when the history's latest provision attempt failed, the database decides.
         assert_eq!(phase(false, db, runs(false, true)), Active);
     }
+
+    fn record(name: &str, phase: RunPhase, finished_at: &str) -> RunRecord {
+        RunRecord {
+            name: name.to_owned(),
+            uid: format!("uid-{name}"),
+            action: RunAction::Provision,
+            phase,
+            message: String::new(),
+            started_at: None,
+            finished_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                finished_at.parse().unwrap(),
+            ),
+            log_tail: None,
+        }
+    }
+
+    #[test]
+    fn a_run_serial_is_the_number_its_name_ends_with() {
+        assert_eq!(serial("acme-suspend-41"), 41);
+        assert_eq!(serial("acme-provision-1"), 1);
+        assert_eq!(serial("made-by-hand"), 0);
+    }
+
+    /// Kubernetes times have whole seconds: of two runs finished in the same second, the later attempt
+    /// (higher serial) decides, wherever the two are listed.
+    #[test]
+    fn runs_finished_in_the_same_second_are_ordered_by_serial() {
+        let at = "2026-12-01T12:00:00Z";
+        for history in [
+            [
+                record("acme-provision-2", RunPhase::Succeeded, at),
+                record("acme-provision-1", RunPhase::Failed, at),
+            ],
+            [
+                record("acme-provision-1", RunPhase::Failed, at),
+                record("acme-provision-2", RunPhase::Succeeded, at),
+            ],
+        ] {
+            assert!(!provision_runs(&[], &history).latest_failed, "{history:?}");
+        }
+        let history = [
+            record("acme-provision-3", RunPhase::Failed, at),
+            record("acme-provision-2", RunPhase::Succeeded, at),
+        ];
+        assert!(provision_runs(&[], &history).latest_failed);
+        // A later second beats a higher serial.
+        let history = [
+            record("acme-provision-1", RunPhase::Failed, "2026-12-01T12:00:01Z"),
+            record("acme-provision-2", RunPhase::Succeeded, at),
+        ];
+        assert!(provision_runs(&[], &history).latest_failed);
+    }
 }
