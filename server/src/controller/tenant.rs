@@ -475,10 +475,15 @@ mod tests {
     }
 
     fn record(name: &str, phase: RunPhase, finished_at: &str) -> RunRecord {
+        let action = match name.rsplit('-').nth(1) {
+            Some("suspend") => RunAction::Suspend,
+            Some("resume") => RunAction::Resume,
+            _ => RunAction::Provision,
+        };
         RunRecord {
             name: name.to_owned(),
             uid: format!("uid-{name}"),
-            action: RunAction::Provision,
+            action,
             phase,
             message: String::new(),
             started_at: None,
@@ -524,5 +529,40 @@ mod tests {
             record("acme-provision-2", RunPhase::Succeeded, at),
         ];
         assert!(provision_runs(&[], &history).latest_failed);
+    }
+
+    /// A provisioned tenant at generation 1 whose provisioner last reported `access_locked`.
+    fn provisioned(suspended: bool, access_locked: bool, history: Vec<RunRecord>) -> Tenant {
+        let mut tenant = Tenant::new(
+            "acme",
+            crate::crd::TenantSpec {
+                suspended,
+                ..Default::default()
+            },
+        );
+        tenant.metadata.namespace = Some("tenants".into());
+        tenant.metadata.uid = Some("uid-acme".into());
+        tenant.metadata.generation = Some(1);
+        tenant.status = Some(TenantStatus {
+            click_house_database_name: Some("tenant_acme".into()),
+            access_locked: Some(access_locked),
+            history,
+            ..Default::default()
+        });
+        tenant
+    }
+
+    /// Only Suspend/Resume runs can leave the lock unknown: a failed Provision retry after the lock
+    /// was reported says nothing about it.
+    #[test]
+    fn a_failed_provision_run_does_not_make_the_lock_unknown() {
+        let at = "2026-12-01T12:00:00Z";
+        let history = vec![
+            record("acme-provision-2", RunPhase::Failed, "2026-12-01T12:00:05Z"),
+            record("acme-resume-10", RunPhase::Succeeded, at),
+        ];
+        let tenant = provisioned(false, false, history);
+        assert_eq!(enforced_lock(&tenant, &[]), Some(false));
+        assert_eq!(lock_run_needed(&tenant, &[]), None);
     }
 }
