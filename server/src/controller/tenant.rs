@@ -565,4 +565,20 @@ mod tests {
         assert_eq!(enforced_lock(&tenant, &[]), Some(false));
         assert_eq!(lock_run_needed(&tenant, &[]), None);
     }
+
+    #[test]
+    fn a_failed_provision_is_described_with_its_run_and_message() {
+        let at = "2026-12-01T12:00:00Z";
+        let mut failed = record("acme-provision-1", RunPhase::Failed, at);
+        assert_eq!(
+            failed_message(&[], std::slice::from_ref(&failed)),
+            "Provision run acme-provision-1 failed"
+        );
+        failed.message = "ClickHouse refused the login".into();
+        assert_eq!(
+            failed_message(&[], &[failed]),
+            "Provision run acme-provision-1 failed: ClickHouse refused the login"
+        );
+        assert_eq!(failed_message(&[], &[]), "Provision run failed");
+    }
 }
