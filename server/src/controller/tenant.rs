@@ -581,4 +581,44 @@ mod tests {
         );
         assert_eq!(failed_message(&[], &[]), "Provision run failed");
     }
+
+    /// Owned by its tenant (garbage-collected with it), finalized by the RunJob controller from birth,
+    /// and labelled so `kubectl get runjobs -l sentry.io/tenant=acme` finds a tenant's runs.
+    #[test]
+    fn a_new_run_is_owned_finalized_and_labelled() {
+        let run = new_run_job(
+            &provisioned(true, false, vec![]),
+            "acme-suspend-10",
+            RunAction::Suspend,
+        );
+        let owner = &run.metadata.owner_references.as_deref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Tenant", "acme", "uid-acme")
+        );
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(
+            run.metadata.finalizers,
+            Some(vec![RUNJOB_FINALIZER.to_owned()])
+        );
+        let labels: Vec<(&str, &str)> = run
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("app.kubernetes.io/managed-by", "sentry-tenants"),
+                ("sentry.io/action", "suspend"),
+                ("sentry.io/tenant", "acme"),
+            ]
+        );
+        assert_eq!(
+            (run.spec.tenant.as_str(), run.spec.action),
+            ("acme", RunAction::Suspend)
+        );
+    }
 }
