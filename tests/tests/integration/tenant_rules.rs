@@ -1,10 +1,13 @@
 //! Tenant reconciler rules against the in-memory API.
 
+use std::sync::Arc;
+
+use http::Method;
 use jiff::SignedDuration;
 use kube::ResourceExt;
-use sentry_tenants::controller::HISTORY_LIMIT;
+use sentry_tenants::controller::{HISTORY_LIMIT, tenant};
 use sentry_tenants::crd::{RunAction, RunPhase, TenantPhase};
-use sentry_tenants_tests::Cluster;
+use sentry_tenants_tests::{Cluster, status_body};
 
 fn condition<'a>(
     t: &'a sentry_tenants::crd::Tenant,
@@ -384,4 +387,53 @@ async fn recording_a_run_keeps_the_other_records_log_tails() {
             record.name
         );
     }
+}
+
+/// Answers the operator's RunJob creates with `code` instead of the in-memory API.
+fn refuse_runjob_creates(c: &Cluster, code: u16, reason: &'static str, message: &'static str) {
+    c.intercept.set(move |method, path, _, _| {
+        (method == Method::POST && path.ends_with("/runjobs"))
+            .then(|| (code, status_body(code, reason, message)))
+    });
+}
+
+/// Rule 4's run already exists (made by another replica, or by a reconcile that saw a stale cache):
+/// that is the outcome wanted, so the same reconcile goes on to write the tenant's status.
+#[tokio::test]
+async fn a_lock_run_that_already_exists_does_not_stop_the_status_write() {
+    let c = active_tenant("acme").await;
+    c.set_suspended("acme", true).await;
+    refuse_runjob_creates(
+        &c,
+        409,
+        "AlreadyExists",
+        "runjobs.sentry.io \"acme-suspend-20\" already exists",
+    );
+    c.reconcile_tenant("acme").await;
+    let t = c.tenant("acme").await;
+    assert_eq!(
+        t.status.as_ref().unwrap().observed_generation,
+        t.metadata.generation
+    );
+    assert_eq!(condition(&t, "AccessLocked").reason, "Locking");
+    assert_eq!(c.log.creates_of("runjobs"), 0);
+}
+
+/// Any other refusal is the reconcile's error (retried with backoff by the controller), and nothing
+/// announces a run that was not made.
+#[tokio::test]
+async fn a_lock_run_the_api_refuses_fails_the_reconcile() {
+    let c = active_tenant("acme").await;
+    c.set_suspended("acme", true).await;
+    refuse_runjob_creates(&c, 500, "InternalError", "etcdserver: request timed out");
+    c.sync_stores().await;
+    let stale = c.tenant("acme").await;
+    let result = tenant::reconcile(Arc::new(stale), Arc::clone(&c.ctx)).await;
+    assert!(result.is_err(), "a refused create must fail the reconcile");
+    let announced = c.log.events().iter().any(|e| e["reason"] == "RunCreated");
+    assert!(!announced, "{:?}", c.log.events());
+    // Once the API answers again, the next reconcile makes the run.
+    c.intercept.clear();
+    c.reconcile_tenant("acme").await;
+    assert_eq!(c.log.creates_of("runjobs"), 1);
 }
