@@ -879,11 +879,19 @@ impl Cluster {
     }
 
     pub async fn reconcile_tenant(&self, name: &str) -> Action {
-        self.sync_stores().await;
-        let t = self.tenants().get(name).await.expect("tenant exists");
-        tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx))
+        self.try_reconcile_tenant(name)
             .await
             .expect("tenant reconcile")
+    }
+
+    /// [`Self::reconcile_tenant`], for a test whose reconcile is meant to fail.
+    pub async fn try_reconcile_tenant(
+        &self,
+        name: &str,
+    ) -> sentry_tenants::controller::Result<Action> {
+        self.sync_stores().await;
+        let t = self.tenants().get(name).await.expect("tenant exists");
+        tenant::reconcile(Arc::new(t), Arc::clone(&self.ctx)).await
     }
 
     pub async fn reconcile_run(&self, name: &str) -> Action {

@@ -224,17 +224,18 @@ async fn under_ten_percent_api_faults_a_thousand_tenants_converge_without_duplic
         "SENTRY_TENANTS_DRILL_SEED={seed} SENTRY_TENANTS_DRILL_TENANTS={n} \
          cargo test -p sentry-tenants-tests --test integration fault_drills::under_ten_percent"
     ));
-    let drill = api_fault_drill(n, seed).await;
     let Drill {
         fleet,
         faults,
+        clicks,
         wrong,
+        rotated,
+        rounds_to_quiet,
+        lock_changes,
         lock_histories_wrong,
-        ..
-    } = &drill;
-    let (clicks, rotated, rounds_to_quiet) = (drill.clicks, drill.rotated, &drill.rounds_to_quiet);
+    } = api_fault_drill(n, seed).await;
     let duplicate_jobs = fleet.duplicate_jobs();
-    let duplicate_runs = fleet.duplicate_runjobs(&drill.lock_changes).await;
+    let duplicate_runs = fleet.duplicate_runjobs(&lock_changes).await;
     let lock_mismatches = fleet.lock_mismatches().await;
     let live_runs = fleet.live_runs().await;
     sentry_tenants_tests::summary(&format!(

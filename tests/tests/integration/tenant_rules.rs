@@ -1,11 +1,9 @@
 //! Tenant reconciler rules against the in-memory API.
 
-use std::sync::Arc;
-
 use http::Method;
 use jiff::SignedDuration;
 use kube::ResourceExt;
-use sentry_tenants::controller::{HISTORY_LIMIT, tenant};
+use sentry_tenants::controller::HISTORY_LIMIT;
 use sentry_tenants::crd::{RunAction, RunPhase, TenantPhase};
 use sentry_tenants_tests::{Cluster, status_body};
 
@@ -426,9 +424,7 @@ async fn a_lock_run_the_api_refuses_fails_the_reconcile() {
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
     refuse_runjob_creates(&c, 500, "InternalError", "etcdserver: request timed out");
-    c.sync_stores().await;
-    let stale = c.tenant("acme").await;
-    let result = tenant::reconcile(Arc::new(stale), Arc::clone(&c.ctx)).await;
+    let result = c.try_reconcile_tenant("acme").await;
     assert!(result.is_err(), "a refused create must fail the reconcile");
     let announced = c.log.events().iter().any(|e| e["reason"] == "RunCreated");
     assert!(!announced, "{:?}", c.log.events());
