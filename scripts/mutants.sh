@@ -7,7 +7,7 @@
 # rules). Results go to target/mutants/out/mutants.out/ (outcomes.json, caught.txt, missed.txt, …);
 # MUTANTS.md records them.
 #
-#   bash scripts/mutants.sh                 # every mutant (717 at the time of writing: a day on 2 cores)
+#   bash scripts/mutants.sh                 # every mutant (728 at the time of writing: ~7 h on 2 cores)
 #   bash scripts/mutants.sh 3/16            # one shard of sixteen (round-robin), as MUTANTS.md records
 #   bash scripts/mutants.sh -f 'server/src/provision/sql.rs'   # one file (any cargo-mutants filter)
 #   bash scripts/mutants.sh --list          # list the mutants only
