@@ -895,11 +895,19 @@ impl Cluster {
     }
 
     pub async fn reconcile_run(&self, name: &str) -> Action {
-        self.sync_stores().await;
-        let r = self.runjobs().get(name).await.expect("runjob exists");
-        runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx))
+        self.try_reconcile_run(name)
             .await
             .expect("runjob reconcile")
+    }
+
+    /// [`Self::reconcile_run`], for a test whose reconcile is meant to fail.
+    pub async fn try_reconcile_run(
+        &self,
+        name: &str,
+    ) -> sentry_tenants::controller::Result<Action> {
+        self.sync_stores().await;
+        let r = self.runjobs().get(name).await.expect("runjob exists");
+        runjob::reconcile(Arc::new(r), Arc::clone(&self.ctx)).await
     }
 
     /// One pass over every object, errors ignored: the background "operator" of browser tests, which

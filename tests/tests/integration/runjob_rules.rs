@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use sentry_tenants::controller::runjob;
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, TenantPhase};
-use sentry_tenants_tests::{Cluster, NS, requeue_secs};
+use sentry_tenants_tests::{Cluster, NS, requeue_secs, status_body};
 
 const RUN: &str = "acme-provision-1";
 
@@ -20,6 +20,18 @@ async fn cluster_with_run() -> Cluster {
     c.create_tenant("acme").await;
     c.create_run("acme", RunAction::Provision, RUN).await;
     c
+}
+
+/// A Job named like the run that nothing of ours controls (an older run's, still terminating).
+fn foreign_job() -> Job {
+    Job {
+        metadata: ObjectMeta {
+            name: Some(RUN.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        ..Job::default()
+    }
 }
 
 fn reasons(c: &Cluster) -> Vec<String> {
@@ -400,16 +412,8 @@ async fn run_for_missing_tenant_fails_with_clear_message_and_no_job() {
 #[tokio::test]
 async fn same_named_job_of_another_owner_is_never_adopted() {
     let c = cluster_with_run().await;
-    let foreign = Job {
-        metadata: ObjectMeta {
-            name: Some(RUN.into()),
-            namespace: Some(NS.into()),
-            ..ObjectMeta::default()
-        },
-        ..Job::default()
-    };
     c.jobs()
-        .create(&Default::default(), &foreign)
+        .create(&Default::default(), &foreign_job())
         .await
         .unwrap();
     c.reconcile_run(RUN).await;
@@ -424,6 +428,48 @@ async fn same_named_job_of_another_owner_is_never_adopted() {
     c.jobs().delete(RUN, &Default::default()).await.unwrap();
     c.reconcile_run(RUN).await;
     assert!(c.run(RUN).await.unwrap().status.unwrap().job_ref.is_some());
+}
+
+/// Nothing wakes a run when a foreign Job goes away (the Job watch maps Jobs to the RunJob that controls
+/// them), so it polls; a run waiting on its own Job waits for that Job's events instead.
+#[tokio::test]
+async fn a_run_waiting_for_a_foreign_job_polls_and_one_waiting_for_its_own_job_does_not() {
+    let c = cluster_with_run().await;
+    c.jobs()
+        .create(&Default::default(), &foreign_job())
+        .await
+        .unwrap();
+    let waiting = c.reconcile_run(RUN).await;
+    assert_eq!(requeue_secs(&waiting), Some(5.0), "{waiting:?}");
+    c.jobs().delete(RUN, &Default::default()).await.unwrap();
+    let created = c.reconcile_run(RUN).await;
+    let status = c.run(RUN).await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(RunPhase::Pending));
+    assert!(status.job_ref.is_some(), "our own Job, pod not started yet");
+    assert_eq!(requeue_secs(&created), None, "{created:?}");
+}
+
+/// Rule 1 with the Job's DELETE refused: the finalizer stays (so the Job is not orphaned) and the
+/// reconcile fails, to be retried; once the API answers, the deletion completes.
+#[tokio::test]
+async fn a_job_delete_the_api_refuses_keeps_the_finalizer_and_fails_the_reconcile() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    c.intercept.set(|method, path, _, _| {
+        (method == Method::DELETE && path.contains("/jobs/")).then(|| {
+            let body = status_body(500, "InternalError", "etcdserver: request timed out");
+            (500, body)
+        })
+    });
+    assert!(c.try_reconcile_run(RUN).await.is_err());
+    let run = c.run(RUN).await.expect("the finalizer holds the RunJob");
+    assert!(run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER));
+    assert!(c.job(RUN).await.is_some());
+    c.intercept.clear();
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none());
+    assert!(c.job(RUN).await.is_none());
 }
 
 #[tokio::test]
