@@ -449,6 +449,27 @@ async fn a_run_waiting_for_a_foreign_job_polls_and_one_waiting_for_its_own_job_d
     assert_eq!(requeue_secs(&created), None, "{created:?}");
 }
 
+/// Answers every `method` request whose path ends with `suffix` with the apiserver's Status `code`.
+fn answer_with(
+    c: &Cluster,
+    method: Method,
+    suffix: &'static str,
+    code: u16,
+    message: &'static str,
+) {
+    let reason = match code {
+        404 => "NotFound",
+        409 => "Conflict",
+        _ => "InternalError",
+    };
+    c.intercept.set(move |m, path, _, _| {
+        (*m == method && path.ends_with(suffix)).then(|| (code, status_body(code, reason, message)))
+    });
+}
+
+const JOB_PATH: &str = "/jobs/acme-provision-1";
+const RUNJOB_PATH: &str = "/runjobs/acme-provision-1";
+
 /// Rule 1 with the Job's DELETE refused: the finalizer stays (so the Job is not orphaned) and the
 /// reconcile fails, to be retried; once the API answers, the deletion completes.
 #[tokio::test]
@@ -456,12 +477,13 @@ async fn a_job_delete_the_api_refuses_keeps_the_finalizer_and_fails_the_reconcil
     let c = cluster_with_run().await;
     c.settle().await;
     c.runjobs().delete(RUN, &Default::default()).await.unwrap();
-    c.intercept.set(|method, path, _, _| {
-        (method == Method::DELETE && path.contains("/jobs/")).then(|| {
-            let body = status_body(500, "InternalError", "etcdserver: request timed out");
-            (500, body)
-        })
-    });
+    answer_with(
+        &c,
+        Method::DELETE,
+        JOB_PATH,
+        500,
+        "etcdserver: request timed out",
+    );
     assert!(c.try_reconcile_run(RUN).await.is_err());
     let run = c.run(RUN).await.expect("the finalizer holds the RunJob");
     assert!(run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER));
@@ -470,6 +492,62 @@ async fn a_job_delete_the_api_refuses_keeps_the_finalizer_and_fails_the_reconcil
     c.reconcile_run(RUN).await;
     assert!(c.run(RUN).await.is_none());
     assert!(c.job(RUN).await.is_none());
+}
+
+/// Rule 1 when the Job is already gone (deleted by hand; the status still names it): nothing is left to
+/// delete, so the finalizer goes.
+#[tokio::test]
+async fn deleting_a_run_whose_job_is_already_gone_removes_the_finalizer() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.jobs().delete(RUN, &Default::default()).await.unwrap();
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none());
+}
+
+/// Rule 1 when the uid precondition fails (the Job of that name is no longer the one this run made —
+/// the apiserver answers 409): that Job is not ours to delete, and the finalizer goes.
+#[tokio::test]
+async fn a_job_replaced_under_the_runs_name_is_not_deleted_and_the_finalizer_goes() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    answer_with(
+        &c,
+        Method::DELETE,
+        JOB_PATH,
+        409,
+        "Precondition failed: UID in precondition: 1, UID in object meta: 2",
+    );
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none());
+}
+
+/// Rule 1's finalizer removal: a RunJob that is already gone (another replica finished it) is done; any
+/// other refusal fails the reconcile, so it is retried and the finalizer does not stay for good.
+#[tokio::test]
+async fn removing_the_finalizer_of_a_gone_run_succeeds_and_a_refusal_fails_the_reconcile() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    answer_with(
+        &c,
+        Method::PATCH,
+        RUNJOB_PATH,
+        500,
+        "etcdserver: request timed out",
+    );
+    assert!(c.try_reconcile_run(RUN).await.is_err());
+    assert!(c.run(RUN).await.is_some(), "the finalizer is still there");
+    answer_with(
+        &c,
+        Method::PATCH,
+        RUNJOB_PATH,
+        404,
+        "runjobs.sentry.io \"acme-provision-1\" not found",
+    );
+    c.reconcile_run(RUN).await;
 }
 
 #[tokio::test]
