@@ -8,10 +8,11 @@ use http::Method;
 use jiff::SignedDuration;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::api::ObjectMeta;
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use sentry_tenants::controller::runjob;
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, TenantPhase};
 use sentry_tenants_tests::{Cluster, NS, requeue_secs, status_body};
+use serde_json::json;
 
 const RUN: &str = "acme-provision-1";
 
@@ -433,6 +434,95 @@ async fn run_for_missing_tenant_fails_with_clear_message_and_no_job() {
         Some("Run failed: tenant \"ghost\" does not exist in namespace \"sentry-tenants\"")
     );
     assert_eq!(c.log.creates_of("jobs"), 0);
+}
+
+/// Rule 3's other half: a tenant that is going away (held here by someone else's finalizer) gets no
+/// new Job either.
+#[tokio::test]
+async fn run_for_a_tenant_being_deleted_fails_with_clear_message_and_no_job() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let hold = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+    c.tenants()
+        .delete("acme", &Default::default())
+        .await
+        .unwrap();
+    c.create_run("acme", RunAction::Provision, RUN).await;
+    c.settle().await;
+    let status = c.run(RUN).await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(RunPhase::Failed));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Run failed: tenant \"acme\" is being deleted")
+    );
+    assert_eq!(c.log.creates_of("jobs"), 0);
+}
+
+/// Rule 4 when the Job's create is refused: the reconcile fails with the apiserver's own reason (not
+/// the NotFound of a read that follows it), and nothing announces a Job that was not made.
+#[tokio::test]
+async fn a_refused_job_create_fails_the_reconcile_with_the_apis_reason() {
+    let c = cluster_with_run().await;
+    answer_with(
+        &c,
+        Method::POST,
+        "/jobs",
+        500,
+        "etcdserver: request timed out",
+    );
+    let err = c
+        .try_reconcile_run(RUN)
+        .await
+        .expect_err("a refused create fails the reconcile");
+    assert!(
+        err.to_string().contains("etcdserver: request timed out"),
+        "{err}"
+    );
+    assert!(!reasons(&c).contains(&"JobCreated".to_owned()));
+}
+
+/// Rule 1 for a run deleted after its Job was created but before its status named that Job (a crash, or
+/// a refused status write, in between): the Job is found by name and deleted, by its own uid.
+#[tokio::test]
+async fn a_run_deleted_before_its_status_named_its_job_still_deletes_that_job() {
+    let c = cluster_with_run().await;
+    answer_with(
+        &c,
+        Method::PATCH,
+        "/runjobs/acme-provision-1/status",
+        500,
+        "etcdserver: request timed out",
+    );
+    assert!(c.try_reconcile_run(RUN).await.is_err());
+    c.intercept.clear();
+    let job_uid = c
+        .job(RUN)
+        .await
+        .expect("the Job was created")
+        .uid()
+        .unwrap();
+    assert!(
+        c.run(RUN)
+            .await
+            .unwrap()
+            .status
+            .is_none_or(|s| s.job_ref.is_none())
+    );
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    c.log.clear();
+    c.reconcile_run(RUN).await;
+    let job_delete = c
+        .log
+        .writes()
+        .into_iter()
+        .find(|w| w.method == Method::DELETE && w.resource() == "jobs")
+        .expect("the Job is deleted");
+    assert_eq!(job_delete.body["preconditions"]["uid"], job_uid);
+    assert!(c.job(RUN).await.is_none());
 }
 
 #[tokio::test]
