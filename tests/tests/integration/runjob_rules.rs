@@ -339,10 +339,9 @@ async fn status_follows_job_failure_with_reason_message_and_cleanup_time() {
     c.settle().await;
     let status = c.run(RUN).await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(RunPhase::Failed));
-    let message = status.message.unwrap();
-    assert!(
-        message.contains("BackoffLimitExceeded") && message.contains("backoff limit"),
-        "{message}"
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Job failed (BackoffLimitExceeded): Job has reached the specified backoff limit")
     );
     let done = status.completion_time.unwrap().0;
     assert_eq!(
@@ -359,6 +358,21 @@ async fn status_follows_job_failure_with_reason_message_and_cleanup_time() {
         ("True", "Failed")
     );
     assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Failed));
+}
+
+/// A Job condition without a message (as some controllers write them) is described by its reason
+/// alone, not with a dangling colon.
+#[tokio::test]
+async fn a_job_failure_without_a_message_is_described_by_its_reason() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_failed(RUN, "DeadlineExceeded", "").await;
+    c.settle().await;
+    let status = c.run(RUN).await.unwrap().status.unwrap();
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Job failed (DeadlineExceeded)")
+    );
 }
 
 /// Reviewers: "we don't want these CRs just living forever on the cluster".
