@@ -360,6 +360,26 @@ async fn status_follows_job_failure_with_reason_message_and_cleanup_time() {
     assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Failed));
 }
 
+/// The pod is read for its outcome once the run has finished, not on every reconcile of a run in
+/// progress (each read is a list and a log fetch through the node).
+#[tokio::test]
+async fn a_run_in_progress_reads_no_pod() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_running(RUN).await;
+    c.settle().await;
+    c.reconcile_run(RUN).await;
+    assert_eq!(c.run(RUN).await.unwrap().phase(), Some(RunPhase::Running));
+    let pod_reads = c.log.count(|r| r.path.contains("/pods"));
+    assert_eq!(pod_reads, 0, "{:#?}", c.log.all());
+    c.job_succeeded(RUN).await;
+    c.settle().await;
+    assert!(
+        c.log.count(|r| r.path.contains("/pods")) > 0,
+        "the finished run's pod is read"
+    );
+}
+
 /// A Job condition without a message (as some controllers write them) is described by its reason
 /// alone, not with a dangling colon.
 #[tokio::test]
