@@ -380,6 +380,29 @@ async fn a_run_in_progress_reads_no_pod() {
     );
 }
 
+/// What is kept of a finished run's log is its tail, bounded in lines and bytes by the apiserver (a
+/// provisioner that looped must not send megabytes into a Tenant's status).
+#[tokio::test]
+async fn a_finished_runs_log_is_read_as_its_tail_bounded_in_lines_and_bytes() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_failed_in_pod(RUN, "ClickHouse refused the statement")
+        .await;
+    c.settle().await;
+    let log_reads: Vec<_> = c
+        .log
+        .all()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/log"))
+        .collect();
+    assert!(!log_reads.is_empty());
+    for read in log_reads {
+        let params: Vec<&str> = read.query.split('&').collect();
+        assert!(params.contains(&"tailLines=20"), "{}", read.query);
+        assert!(params.contains(&"limitBytes=4096"), "{}", read.query);
+    }
+}
+
 /// A Job condition without a message (as some controllers write them) is described by its reason
 /// alone, not with a dangling colon.
 #[tokio::test]
