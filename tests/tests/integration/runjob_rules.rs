@@ -403,6 +403,34 @@ async fn a_finished_runs_log_is_read_as_its_tail_bounded_in_lines_and_bytes() {
     }
 }
 
+/// Rule 6's delete: a run already gone (another replica cleaned it up) is done; any other refusal
+/// fails the reconcile, so the finished run is retried instead of living forever.
+#[tokio::test]
+async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconcile() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_succeeded(RUN).await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(300));
+    answer_with(
+        &c,
+        Method::DELETE,
+        RUNJOB_PATH,
+        500,
+        "etcdserver: request timed out",
+    );
+    assert!(c.try_reconcile_run(RUN).await.is_err());
+    assert!(c.run(RUN).await.is_some());
+    answer_with(
+        &c,
+        Method::DELETE,
+        RUNJOB_PATH,
+        404,
+        "runjobs.sentry.io \"acme-provision-1\" not found",
+    );
+    c.reconcile_run(RUN).await;
+}
+
 /// A Job condition without a message (as some controllers write them) is described by its reason
 /// alone, not with a dangling colon.
 #[tokio::test]
