@@ -431,6 +431,24 @@ async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconci
     c.reconcile_run(RUN).await;
 }
 
+/// The controller's requeue has millisecond resolution in practice: a wake-up due in a fraction of a
+/// millisecond past a whole one is rounded up (an early wake-up finds the run not yet due and requeues).
+#[test]
+fn a_requeue_is_rounded_up_to_the_millisecond_never_early() {
+    let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+    let at = |nanos: i64| now + SignedDuration::from_nanos(nanos);
+    assert_eq!(
+        requeue_secs(&runjob::requeue_at(at(1_500_000), now)),
+        Some(0.002)
+    );
+    assert_eq!(
+        requeue_secs(&runjob::requeue_at(at(2_000_000), now)),
+        Some(0.002)
+    );
+    assert_eq!(requeue_secs(&runjob::requeue_at(at(1), now)), Some(0.001));
+    assert_eq!(requeue_secs(&runjob::requeue_at(at(-5), now)), Some(0.0));
+}
+
 /// A Job condition without a message (as some controllers write them) is described by its reason
 /// alone, not with a dangling colon.
 #[tokio::test]
