@@ -431,6 +431,44 @@ async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconci
     c.reconcile_run(RUN).await;
 }
 
+/// Rule 6's order: the outcome is kept on the Tenant before the run goes. A refused history write fails
+/// the reconcile and keeps the run (no outcome lost); a Tenant gone meanwhile has no history to keep.
+#[tokio::test]
+async fn a_refused_history_write_keeps_the_run_and_a_gone_tenant_does_not_hold_it() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_succeeded(RUN).await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(300));
+    const STATUS: &str = "/tenants/acme/status";
+    answer_with(
+        &c,
+        Method::PATCH,
+        STATUS,
+        500,
+        "etcdserver: request timed out",
+    );
+    assert!(c.try_reconcile_run(RUN).await.is_err());
+    assert!(
+        c.run(RUN).await.is_some(),
+        "not deleted before its outcome is kept"
+    );
+    answer_with(
+        &c,
+        Method::PATCH,
+        STATUS,
+        404,
+        "tenants.sentry.io \"acme\" not found",
+    );
+    c.reconcile_run(RUN).await;
+    assert_eq!(
+        c.log.count(|r| r.method == Method::DELETE
+            && r.path.ends_with(RUNJOB_PATH)
+            && r.status < 300),
+        1
+    );
+}
+
 /// The controller's requeue has millisecond resolution in practice: a wake-up due in a fraction of a
 /// millisecond past a whole one is rounded up (an early wake-up finds the run not yet due and requeues).
 #[test]
