@@ -391,6 +391,142 @@ pub(crate) mod tests {
         );
     }
 
+    /// Each flag's rule at its edges: the longest name accepted and one longer refused, each character
+    /// class, each end. `ok` lists values the check must accept, `bad` ones it must refuse with its own
+    /// error (the flag it names).
+    #[test]
+    fn each_flag_check_accepts_and_refuses_known_values() {
+        type Check = fn(&str) -> Result<(), ValueError>;
+        let label63 = "a".repeat(63);
+        let label64 = "a".repeat(64);
+        // 63 + 1 + 63 + 1 + 63 + 1 + 61 = 253 characters, every label within 63.
+        let subdomain253 = format!("{0}.{0}.{0}.{1}", "b".repeat(63), "c".repeat(61));
+        let subdomain254 = format!("{0}.{0}.{0}.{1}", "b".repeat(63), "c".repeat(62));
+        let image512 = "i".repeat(512);
+        let image513 = "i".repeat(513);
+        let label_ok = ["a", "0", "a-b", "a0-9z", label63.as_str()];
+        let label_bad = ["", "-a", "a-", "A", "a_b", "a.b", "a b", label64.as_str()];
+        let subdomain_ok = [
+            "a",
+            "a.b",
+            "a-b.c0",
+            subdomain253.as_str(),
+            label63.as_str(),
+        ];
+        let subdomain_bad = [
+            "",
+            ".a",
+            "a.",
+            "a..b",
+            "A.b",
+            "a_b",
+            "-a.b",
+            "a.b-",
+            label64.as_str(),
+            subdomain254.as_str(),
+        ];
+        let cases: [(&str, Check, Vec<&str>, Vec<&str>, fn(String) -> ValueError); 5] = [
+            (
+                "namespace",
+                ValueError::check_namespace,
+                label_ok.to_vec(),
+                label_bad.to_vec(),
+                ValueError::Namespace,
+            ),
+            (
+                "secret",
+                ValueError::check_secret,
+                subdomain_ok.to_vec(),
+                subdomain_bad.to_vec(),
+                ValueError::Secret,
+            ),
+            (
+                "service account",
+                ValueError::check_service_account,
+                subdomain_ok.to_vec(),
+                subdomain_bad.to_vec(),
+                ValueError::ServiceAccount,
+            ),
+            (
+                "image",
+                ValueError::check_image,
+                vec![
+                    "a",
+                    "0",
+                    "img:tag",
+                    "registry.local:5000/team/st@sha256:abcd",
+                    "r/t_x-y.z:v1",
+                    image512.as_str(),
+                ],
+                vec![
+                    "",
+                    "-a",
+                    "_a",
+                    ".a",
+                    "/a",
+                    "a:",
+                    "a/",
+                    "a@",
+                    "a b",
+                    "a\"b",
+                    "a'b",
+                    "a\nb",
+                    "a+b",
+                    image513.as_str(),
+                ],
+                ValueError::Image,
+            ),
+            (
+                "ClickHouse URL",
+                ValueError::check_clickhouse_url,
+                vec![
+                    "http://x",
+                    "https://x",
+                    "http://clickhouse.db:8123/?user=a&x=1",
+                    "https://[::1]:8443",
+                ],
+                vec![
+                    "",
+                    "x",
+                    "ftp://x",
+                    "http://",
+                    "https://",
+                    "http:///x",
+                    "http:x",
+                    "http://x y",
+                    "http://x\"",
+                    "http://x'",
+                    "http://x`",
+                    "http://x\\",
+                    "http://x<",
+                    "http://x>",
+                    "http://x{",
+                    "http://x}",
+                    "http://x|",
+                    "http://x^",
+                    "http://x\n",
+                ],
+                ValueError::ClickHouseUrl,
+            ),
+        ];
+        for (what, check, ok, bad, error) in cases {
+            for v in ok {
+                assert_eq!(check(v), Ok(()), "{what} {v:?} refused");
+            }
+            for v in bad {
+                assert_eq!(check(v), Err(error(v.to_owned())), "{what} {v:?}");
+            }
+        }
+        for (replicas, ok) in [(0, false), (1, true), (10, true), (11, false)] {
+            let result = Values {
+                replicas,
+                ..values()
+            }
+            .validate();
+            assert_eq!(result.is_ok(), ok, "replicas {replicas}: {result:?}");
+        }
+    }
+
     #[test]
     fn the_yaml_filter_quotes_values_so_they_cannot_inject_structure() {
         // Validation would refuse these; the filter must hold on its own anyway.
