@@ -8,11 +8,11 @@ bash scripts/setup.sh
 
 # A cold run writes ~10 GiB under target/ (test binaries, the wasm build, the control plane, chdb). Say
 # so before starting rather than as "No space left on device" twenty minutes in.
-need_kib=$((11 * 1024 * 1024))
+need_kib=$((10 * 1024 * 1024))
 have_kib=$(du -sk target 2>/dev/null | cut -f1 || echo 0)
 free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
 if [ "$((free_kib + ${have_kib:-0}))" -lt "$need_kib" ]; then
-  echo "test: needs ~11 GiB for target/ ($((${have_kib:-0} / 1048576)) GiB there, $((free_kib / 1048576)) GiB free on $(df -P . | awk 'NR == 2 { print $6 }')); free some space" >&2
+  echo "test: needs ~10 GiB for target/ ($((${have_kib:-0} / 1048576)) GiB there, $((free_kib / 1048576)) GiB free on $(df -P . | awk 'NR == 2 { print $6 }')); free some space" >&2
   exit 1
 fi
 
