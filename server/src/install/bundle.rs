@@ -425,98 +425,80 @@ pub(crate) mod tests {
             label64.as_str(),
             subdomain254.as_str(),
         ];
-        let cases: [(&str, Check, Vec<&str>, Vec<&str>, fn(String) -> ValueError); 5] = [
-            (
-                "namespace",
-                ValueError::check_namespace,
-                label_ok.to_vec(),
-                label_bad.to_vec(),
-                ValueError::Namespace,
-            ),
-            (
-                "secret",
-                ValueError::check_secret,
-                subdomain_ok.to_vec(),
-                subdomain_bad.to_vec(),
-                ValueError::Secret,
-            ),
-            (
-                "service account",
-                ValueError::check_service_account,
-                subdomain_ok.to_vec(),
-                subdomain_bad.to_vec(),
-                ValueError::ServiceAccount,
-            ),
-            (
-                "image",
-                ValueError::check_image,
-                vec![
-                    "a",
-                    "0",
-                    "img:tag",
-                    "registry.local:5000/team/st@sha256:abcd",
-                    "r/t_x-y.z:v1",
-                    image512.as_str(),
-                ],
-                vec![
-                    "",
-                    "-a",
-                    "_a",
-                    ".a",
-                    "/a",
-                    "a:",
-                    "a/",
-                    "a@",
-                    "a b",
-                    "a\"b",
-                    "a'b",
-                    "a\nb",
-                    "a+b",
-                    image513.as_str(),
-                ],
-                ValueError::Image,
-            ),
-            (
-                "ClickHouse URL",
-                ValueError::check_clickhouse_url,
-                vec![
-                    "http://x",
-                    "https://x",
-                    "http://clickhouse.db:8123/?user=a&x=1",
-                    "https://[::1]:8443",
-                ],
-                vec![
-                    "",
-                    "x",
-                    "ftp://x",
-                    "http://",
-                    "https://",
-                    "http:///x",
-                    "http:x",
-                    "http://x y",
-                    "http://x\"",
-                    "http://x'",
-                    "http://x`",
-                    "http://x\\",
-                    "http://x<",
-                    "http://x>",
-                    "http://x{",
-                    "http://x}",
-                    "http://x|",
-                    "http://x^",
-                    "http://x\n",
-                ],
-                ValueError::ClickHouseUrl,
-            ),
-        ];
-        for (what, check, ok, bad, error) in cases {
-            for v in ok {
-                assert_eq!(check(v), Ok(()), "{what} {v:?} refused");
-            }
-            for v in bad {
-                assert_eq!(check(v), Err(error(v.to_owned())), "{what} {v:?}");
-            }
-        }
+        let accepts_and_refuses =
+            |check: Check, ok: &[&str], bad: &[&str], error: fn(String) -> ValueError| {
+                for v in ok {
+                    assert_eq!(check(v), Ok(()), "{v:?} refused");
+                }
+                for v in bad {
+                    assert_eq!(check(v), Err(error((*v).to_owned())), "{v:?}");
+                }
+            };
+        accepts_and_refuses(
+            ValueError::check_namespace,
+            &label_ok,
+            &label_bad,
+            ValueError::Namespace,
+        );
+        accepts_and_refuses(
+            ValueError::check_secret,
+            &subdomain_ok,
+            &subdomain_bad,
+            ValueError::Secret,
+        );
+        accepts_and_refuses(
+            ValueError::check_service_account,
+            &subdomain_ok,
+            &subdomain_bad,
+            ValueError::ServiceAccount,
+        );
+        accepts_and_refuses(
+            ValueError::check_image,
+            &[
+                "a",
+                "0",
+                "img:tag",
+                "registry.local:5000/team/st@sha256:abcd",
+                "r/t_x-y.z:v1",
+                &image512,
+            ],
+            &[
+                "", "-a", "_a", ".a", "/a", "a:", "a/", "a@", "a b", "a\"b", "a'b", "a\nb", "a+b",
+                &image513,
+            ],
+            ValueError::Image,
+        );
+        accepts_and_refuses(
+            ValueError::check_clickhouse_url,
+            &[
+                "http://x",
+                "https://x",
+                "http://clickhouse.db:8123/?user=a&x=1",
+                "https://[::1]:8443",
+            ],
+            &[
+                "",
+                "x",
+                "ftp://x",
+                "http://",
+                "https://",
+                "http:///x",
+                "http:x",
+                "http://x y",
+                "http://x\"",
+                "http://x'",
+                "http://x`",
+                "http://x\\",
+                "http://x<",
+                "http://x>",
+                "http://x{",
+                "http://x}",
+                "http://x|",
+                "http://x^",
+                "http://x\n",
+            ],
+            ValueError::ClickHouseUrl,
+        );
         for (replicas, ok) in [(0, false), (1, true), (10, true), (11, false)] {
             let result = Values {
                 replicas,
