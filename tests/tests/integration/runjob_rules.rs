@@ -407,18 +407,8 @@ async fn a_finished_runs_log_is_read_as_its_tail_bounded_in_lines_and_bytes() {
 /// fails the reconcile, so the finished run is retried instead of living forever.
 #[tokio::test]
 async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconcile() {
-    let c = cluster_with_run().await;
-    c.settle().await;
-    c.job_succeeded(RUN).await;
-    c.settle().await;
-    c.clock.advance(SignedDuration::from_secs(300));
-    answer_with(
-        &c,
-        Method::DELETE,
-        RUNJOB_PATH,
-        500,
-        "etcdserver: request timed out",
-    );
+    let c = run_due_for_cleanup().await;
+    refuse(&c, Method::DELETE, RUNJOB_PATH);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     assert!(c.run(RUN).await.is_some());
     answer_with(
@@ -435,19 +425,9 @@ async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconci
 /// the reconcile and keeps the run (no outcome lost); a Tenant gone meanwhile has no history to keep.
 #[tokio::test]
 async fn a_refused_history_write_keeps_the_run_and_a_gone_tenant_does_not_hold_it() {
-    let c = cluster_with_run().await;
-    c.settle().await;
-    c.job_succeeded(RUN).await;
-    c.settle().await;
-    c.clock.advance(SignedDuration::from_secs(300));
+    let c = run_due_for_cleanup().await;
     const STATUS: &str = "/tenants/acme/status";
-    answer_with(
-        &c,
-        Method::PATCH,
-        STATUS,
-        500,
-        "etcdserver: request timed out",
-    );
+    refuse(&c, Method::PATCH, STATUS);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     assert!(
         c.run(RUN).await.is_some(),
@@ -608,13 +588,7 @@ async fn run_for_a_tenant_being_deleted_fails_with_clear_message_and_no_job() {
 #[tokio::test]
 async fn a_refused_job_create_fails_the_reconcile_with_the_apis_reason() {
     let c = cluster_with_run().await;
-    answer_with(
-        &c,
-        Method::POST,
-        "/jobs",
-        500,
-        "etcdserver: request timed out",
-    );
+    refuse(&c, Method::POST, "/jobs");
     let err = c
         .try_reconcile_run(RUN)
         .await
@@ -631,13 +605,7 @@ async fn a_refused_job_create_fails_the_reconcile_with_the_apis_reason() {
 #[tokio::test]
 async fn a_run_deleted_before_its_status_named_its_job_still_deletes_that_job() {
     let c = cluster_with_run().await;
-    answer_with(
-        &c,
-        Method::PATCH,
-        "/runjobs/acme-provision-1/status",
-        500,
-        "etcdserver: request timed out",
-    );
+    refuse(&c, Method::PATCH, "/runjobs/acme-provision-1/status");
     assert!(c.try_reconcile_run(RUN).await.is_err());
     c.intercept.clear();
     let job_uid = c
@@ -724,6 +692,29 @@ fn answer_with(
     });
 }
 
+/// Answers every `method` request whose path ends with `suffix` with a 500 (an etcd timeout).
+fn refuse(c: &Cluster, method: Method, suffix: &'static str) {
+    answer_with(c, method, suffix, 500, "etcdserver: request timed out");
+}
+
+/// A run whose Job exists, deleted: its finalizer holds it for rule 1.
+async fn deleted_run_with_its_job() -> Cluster {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    c
+}
+
+/// A run that succeeded and whose TTL (300 s) is up: rule 6 is due.
+async fn run_due_for_cleanup() -> Cluster {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_succeeded(RUN).await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(300));
+    c
+}
+
 const JOB_PATH: &str = "/jobs/acme-provision-1";
 const RUNJOB_PATH: &str = "/runjobs/acme-provision-1";
 
@@ -731,16 +722,8 @@ const RUNJOB_PATH: &str = "/runjobs/acme-provision-1";
 /// reconcile fails, to be retried; once the API answers, the deletion completes.
 #[tokio::test]
 async fn a_job_delete_the_api_refuses_keeps_the_finalizer_and_fails_the_reconcile() {
-    let c = cluster_with_run().await;
-    c.settle().await;
-    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
-    answer_with(
-        &c,
-        Method::DELETE,
-        JOB_PATH,
-        500,
-        "etcdserver: request timed out",
-    );
+    let c = deleted_run_with_its_job().await;
+    refuse(&c, Method::DELETE, JOB_PATH);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     let run = c.run(RUN).await.expect("the finalizer holds the RunJob");
     assert!(run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER));
@@ -767,9 +750,7 @@ async fn deleting_a_run_whose_job_is_already_gone_removes_the_finalizer() {
 /// the apiserver answers 409): that Job is not ours to delete, and the finalizer goes.
 #[tokio::test]
 async fn a_job_replaced_under_the_runs_name_is_not_deleted_and_the_finalizer_goes() {
-    let c = cluster_with_run().await;
-    c.settle().await;
-    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    let c = deleted_run_with_its_job().await;
     answer_with(
         &c,
         Method::DELETE,
@@ -785,16 +766,8 @@ async fn a_job_replaced_under_the_runs_name_is_not_deleted_and_the_finalizer_goe
 /// other refusal fails the reconcile, so it is retried and the finalizer does not stay for good.
 #[tokio::test]
 async fn removing_the_finalizer_of_a_gone_run_succeeds_and_a_refusal_fails_the_reconcile() {
-    let c = cluster_with_run().await;
-    c.settle().await;
-    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
-    answer_with(
-        &c,
-        Method::PATCH,
-        RUNJOB_PATH,
-        500,
-        "etcdserver: request timed out",
-    );
+    let c = deleted_run_with_its_job().await;
+    refuse(&c, Method::PATCH, RUNJOB_PATH);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     assert!(c.run(RUN).await.is_some(), "the finalizer is still there");
     answer_with(
@@ -826,11 +799,7 @@ async fn job_deleted_before_finishing_fails_the_run_instead_of_rerunning_it() {
 
 #[tokio::test]
 async fn events_mark_created_succeeded_failed_and_cleaned_up() {
-    let c = cluster_with_run().await;
-    c.settle().await;
-    c.job_succeeded(RUN).await;
-    c.settle().await;
-    c.clock.advance(SignedDuration::from_secs(300));
+    let c = run_due_for_cleanup().await;
     c.settle().await;
     let r = reasons(&c);
     for want in ["JobCreated", "RunSucceeded", "RunCleanedUp"] {
