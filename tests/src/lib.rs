@@ -237,6 +237,25 @@ impl InterceptSlot {
     pub fn clear(&self) {
         *self.0.lock().unwrap() = None;
     }
+    /// Answers every `method` request whose path ends with `suffix` with the apiserver's Status.
+    pub fn answer_status(
+        &self,
+        method: Method,
+        suffix: &'static str,
+        code: u16,
+        reason: &'static str,
+        message: &'static str,
+    ) {
+        self.set(move |m, path, _, _| {
+            (*m == method && path.ends_with(suffix))
+                .then(|| (code, status_body(code, reason, message)))
+        });
+    }
+    /// [`Self::answer_status`] with a 500: the apiserver timing out on etcd.
+    pub fn refuse(&self, method: Method, suffix: &'static str) {
+        let message = "etcdserver: request timed out";
+        self.answer_status(method, suffix, 500, "InternalError", message);
+    }
     fn answer(
         &self,
         method: &Method,

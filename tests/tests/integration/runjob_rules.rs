@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{ObjectMeta, Patch, PatchParams};
 use sentry_tenants::controller::runjob;
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, TenantPhase};
-use sentry_tenants_tests::{Cluster, NS, requeue_secs, status_body};
+use sentry_tenants_tests::{Cluster, NS, requeue_secs};
 use serde_json::json;
 
 const RUN: &str = "acme-provision-1";
@@ -408,14 +408,14 @@ async fn a_finished_runs_log_is_read_as_its_tail_bounded_in_lines_and_bytes() {
 #[tokio::test]
 async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconcile() {
     let c = run_due_for_cleanup().await;
-    refuse(&c, Method::DELETE, RUNJOB_PATH);
+    c.intercept.refuse(Method::DELETE, RUNJOB_PATH);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     assert!(c.run(RUN).await.is_some());
-    answer_with(
-        &c,
+    c.intercept.answer_status(
         Method::DELETE,
         RUNJOB_PATH,
         404,
+        "NotFound",
         "runjobs.sentry.io \"acme-provision-1\" not found",
     );
     c.reconcile_run(RUN).await;
@@ -427,17 +427,17 @@ async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconci
 async fn a_refused_history_write_keeps_the_run_and_a_gone_tenant_does_not_hold_it() {
     let c = run_due_for_cleanup().await;
     const STATUS: &str = "/tenants/acme/status";
-    refuse(&c, Method::PATCH, STATUS);
+    c.intercept.refuse(Method::PATCH, STATUS);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     assert!(
         c.run(RUN).await.is_some(),
         "not deleted before its outcome is kept"
     );
-    answer_with(
-        &c,
+    c.intercept.answer_status(
         Method::PATCH,
         STATUS,
         404,
+        "NotFound",
         "tenants.sentry.io \"acme\" not found",
     );
     c.reconcile_run(RUN).await;
@@ -547,13 +547,20 @@ async fn run_for_missing_tenant_fails_with_clear_message_and_no_job() {
         .create(&Default::default(), &bare)
         .await
         .unwrap();
+    assert_fails_without_a_job(
+        &c,
+        "ghost-provision-1",
+        "Run failed: tenant \"ghost\" does not exist in namespace \"sentry-tenants\"",
+    )
+    .await;
+}
+
+/// Rule 3's outcome: once settled, the run is Failed with `message` and no Job was ever created.
+async fn assert_fails_without_a_job(c: &Cluster, run: &str, message: &str) {
     c.settle().await;
-    let status = c.run("ghost-provision-1").await.unwrap().status.unwrap();
+    let status = c.run(run).await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(RunPhase::Failed));
-    assert_eq!(
-        status.message.as_deref(),
-        Some("Run failed: tenant \"ghost\" does not exist in namespace \"sentry-tenants\"")
-    );
+    assert_eq!(status.message.as_deref(), Some(message));
     assert_eq!(c.log.creates_of("jobs"), 0);
 }
 
@@ -573,14 +580,7 @@ async fn run_for_a_tenant_being_deleted_fails_with_clear_message_and_no_job() {
         .await
         .unwrap();
     c.create_run("acme", RunAction::Provision, RUN).await;
-    c.settle().await;
-    let status = c.run(RUN).await.unwrap().status.unwrap();
-    assert_eq!(status.phase, Some(RunPhase::Failed));
-    assert_eq!(
-        status.message.as_deref(),
-        Some("Run failed: tenant \"acme\" is being deleted")
-    );
-    assert_eq!(c.log.creates_of("jobs"), 0);
+    assert_fails_without_a_job(&c, RUN, "Run failed: tenant \"acme\" is being deleted").await;
 }
 
 /// Rule 4 when the Job's create is refused: the reconcile fails with the apiserver's own reason (not
@@ -588,7 +588,7 @@ async fn run_for_a_tenant_being_deleted_fails_with_clear_message_and_no_job() {
 #[tokio::test]
 async fn a_refused_job_create_fails_the_reconcile_with_the_apis_reason() {
     let c = cluster_with_run().await;
-    refuse(&c, Method::POST, "/jobs");
+    c.intercept.refuse(Method::POST, "/jobs");
     let err = c
         .try_reconcile_run(RUN)
         .await
@@ -605,7 +605,8 @@ async fn a_refused_job_create_fails_the_reconcile_with_the_apis_reason() {
 #[tokio::test]
 async fn a_run_deleted_before_its_status_named_its_job_still_deletes_that_job() {
     let c = cluster_with_run().await;
-    refuse(&c, Method::PATCH, "/runjobs/acme-provision-1/status");
+    c.intercept
+        .refuse(Method::PATCH, "/runjobs/acme-provision-1/status");
     assert!(c.try_reconcile_run(RUN).await.is_err());
     c.intercept.clear();
     let job_uid = c
@@ -674,29 +675,6 @@ async fn a_run_waiting_for_a_foreign_job_polls_and_one_waiting_for_its_own_job_d
     assert_eq!(requeue_secs(&created), None, "{created:?}");
 }
 
-/// Answers every `method` request whose path ends with `suffix` with the apiserver's Status `code`.
-fn answer_with(
-    c: &Cluster,
-    method: Method,
-    suffix: &'static str,
-    code: u16,
-    message: &'static str,
-) {
-    let reason = match code {
-        404 => "NotFound",
-        409 => "Conflict",
-        _ => "InternalError",
-    };
-    c.intercept.set(move |m, path, _, _| {
-        (*m == method && path.ends_with(suffix)).then(|| (code, status_body(code, reason, message)))
-    });
-}
-
-/// Answers every `method` request whose path ends with `suffix` with a 500 (an etcd timeout).
-fn refuse(c: &Cluster, method: Method, suffix: &'static str) {
-    answer_with(c, method, suffix, 500, "etcdserver: request timed out");
-}
-
 /// A run whose Job exists, deleted: its finalizer holds it for rule 1.
 async fn deleted_run_with_its_job() -> Cluster {
     let c = cluster_with_run().await;
@@ -723,7 +701,7 @@ const RUNJOB_PATH: &str = "/runjobs/acme-provision-1";
 #[tokio::test]
 async fn a_job_delete_the_api_refuses_keeps_the_finalizer_and_fails_the_reconcile() {
     let c = deleted_run_with_its_job().await;
-    refuse(&c, Method::DELETE, JOB_PATH);
+    c.intercept.refuse(Method::DELETE, JOB_PATH);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     let run = c.run(RUN).await.expect("the finalizer holds the RunJob");
     assert!(run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER));
@@ -751,11 +729,11 @@ async fn deleting_a_run_whose_job_is_already_gone_removes_the_finalizer() {
 #[tokio::test]
 async fn a_job_replaced_under_the_runs_name_is_not_deleted_and_the_finalizer_goes() {
     let c = deleted_run_with_its_job().await;
-    answer_with(
-        &c,
+    c.intercept.answer_status(
         Method::DELETE,
         JOB_PATH,
         409,
+        "Conflict",
         "Precondition failed: UID in precondition: 1, UID in object meta: 2",
     );
     c.reconcile_run(RUN).await;
@@ -767,14 +745,14 @@ async fn a_job_replaced_under_the_runs_name_is_not_deleted_and_the_finalizer_goe
 #[tokio::test]
 async fn removing_the_finalizer_of_a_gone_run_succeeds_and_a_refusal_fails_the_reconcile() {
     let c = deleted_run_with_its_job().await;
-    refuse(&c, Method::PATCH, RUNJOB_PATH);
+    c.intercept.refuse(Method::PATCH, RUNJOB_PATH);
     assert!(c.try_reconcile_run(RUN).await.is_err());
     assert!(c.run(RUN).await.is_some(), "the finalizer is still there");
-    answer_with(
-        &c,
+    c.intercept.answer_status(
         Method::PATCH,
         RUNJOB_PATH,
         404,
+        "NotFound",
         "runjobs.sentry.io \"acme-provision-1\" not found",
     );
     c.reconcile_run(RUN).await;

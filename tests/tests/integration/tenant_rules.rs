@@ -5,7 +5,7 @@ use jiff::SignedDuration;
 use kube::ResourceExt;
 use sentry_tenants::controller::HISTORY_LIMIT;
 use sentry_tenants::crd::{RunAction, RunPhase, TenantPhase};
-use sentry_tenants_tests::{Cluster, status_body};
+use sentry_tenants_tests::Cluster;
 
 fn condition<'a>(
     t: &'a sentry_tenants::crd::Tenant,
@@ -387,22 +387,15 @@ async fn recording_a_run_keeps_the_other_records_log_tails() {
     }
 }
 
-/// Answers the operator's RunJob creates with `code` instead of the in-memory API.
-fn refuse_runjob_creates(c: &Cluster, code: u16, reason: &'static str, message: &'static str) {
-    c.intercept.set(move |method, path, _, _| {
-        (method == Method::POST && path.ends_with("/runjobs"))
-            .then(|| (code, status_body(code, reason, message)))
-    });
-}
-
 /// Rule 4's run already exists (made by another replica, or by a reconcile that saw a stale cache):
 /// that is the outcome wanted, so the same reconcile goes on to write the tenant's status.
 #[tokio::test]
 async fn a_lock_run_that_already_exists_does_not_stop_the_status_write() {
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
-    refuse_runjob_creates(
-        &c,
+    c.intercept.answer_status(
+        Method::POST,
+        "/runjobs",
         409,
         "AlreadyExists",
         "runjobs.sentry.io \"acme-suspend-20\" already exists",
@@ -423,7 +416,7 @@ async fn a_lock_run_that_already_exists_does_not_stop_the_status_write() {
 async fn a_lock_run_the_api_refuses_fails_the_reconcile() {
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
-    refuse_runjob_creates(&c, 500, "InternalError", "etcdserver: request timed out");
+    c.intercept.refuse(Method::POST, "/runjobs");
     let result = c.try_reconcile_tenant("acme").await;
     assert!(result.is_err(), "a refused create must fail the reconcile");
     let announced = c.log.events().iter().any(|e| e["reason"] == "RunCreated");
