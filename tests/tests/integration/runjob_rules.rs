@@ -408,17 +408,13 @@ async fn a_finished_runs_log_is_read_as_its_tail_bounded_in_lines_and_bytes() {
 #[tokio::test]
 async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconcile() {
     let c = run_due_for_cleanup().await;
-    c.intercept.refuse(Method::DELETE, RUNJOB_PATH);
-    assert!(c.try_reconcile_run(RUN).await.is_err());
-    assert!(c.run(RUN).await.is_some());
-    c.intercept.answer_status(
+    refused_then_not_found(
+        &c,
         Method::DELETE,
         RUNJOB_PATH,
-        404,
-        "NotFound",
         "runjobs.sentry.io \"acme-provision-1\" not found",
-    );
-    c.reconcile_run(RUN).await;
+    )
+    .await;
 }
 
 /// Rule 6's order: the outcome is kept on the Tenant before the run goes. A refused history write fails
@@ -427,20 +423,13 @@ async fn cleaning_up_a_gone_run_succeeds_and_a_refused_cleanup_fails_the_reconci
 async fn a_refused_history_write_keeps_the_run_and_a_gone_tenant_does_not_hold_it() {
     let c = run_due_for_cleanup().await;
     const STATUS: &str = "/tenants/acme/status";
-    c.intercept.refuse(Method::PATCH, STATUS);
-    assert!(c.try_reconcile_run(RUN).await.is_err());
-    assert!(
-        c.run(RUN).await.is_some(),
-        "not deleted before its outcome is kept"
-    );
-    c.intercept.answer_status(
+    refused_then_not_found(
+        &c,
         Method::PATCH,
         STATUS,
-        404,
-        "NotFound",
         "tenants.sentry.io \"acme\" not found",
-    );
-    c.reconcile_run(RUN).await;
+    )
+    .await;
     assert_eq!(
         c.log.count(|r| r.method == Method::DELETE
             && r.path.ends_with(RUNJOB_PATH)
@@ -675,6 +664,25 @@ async fn a_run_waiting_for_a_foreign_job_polls_and_one_waiting_for_its_own_job_d
     assert_eq!(requeue_secs(&created), None, "{created:?}");
 }
 
+/// The same request refused (500), then answered NotFound: the refusal fails the reconcile and keeps the
+/// run; NotFound (someone else finished the job) lets the reconcile succeed.
+async fn refused_then_not_found(
+    c: &Cluster,
+    method: Method,
+    suffix: &'static str,
+    not_found: &'static str,
+) {
+    c.intercept.refuse(method.clone(), suffix);
+    assert!(c.try_reconcile_run(RUN).await.is_err());
+    assert!(
+        c.run(RUN).await.is_some(),
+        "the run is kept while the API refuses"
+    );
+    c.intercept
+        .answer_status(method, suffix, 404, "NotFound", not_found);
+    c.reconcile_run(RUN).await;
+}
+
 /// A run whose Job exists, deleted: its finalizer holds it for rule 1.
 async fn deleted_run_with_its_job() -> Cluster {
     let c = cluster_with_run().await;
@@ -745,17 +753,13 @@ async fn a_job_replaced_under_the_runs_name_is_not_deleted_and_the_finalizer_goe
 #[tokio::test]
 async fn removing_the_finalizer_of_a_gone_run_succeeds_and_a_refusal_fails_the_reconcile() {
     let c = deleted_run_with_its_job().await;
-    c.intercept.refuse(Method::PATCH, RUNJOB_PATH);
-    assert!(c.try_reconcile_run(RUN).await.is_err());
-    assert!(c.run(RUN).await.is_some(), "the finalizer is still there");
-    c.intercept.answer_status(
+    refused_then_not_found(
+        &c,
         Method::PATCH,
         RUNJOB_PATH,
-        404,
-        "NotFound",
         "runjobs.sentry.io \"acme-provision-1\" not found",
-    );
-    c.reconcile_run(RUN).await;
+    )
+    .await;
 }
 
 #[tokio::test]
