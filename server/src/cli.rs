@@ -1,8 +1,8 @@
 //! The command line: one binary, one subcommand per job.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::telemetry::{LogFormat, init_logging};
+use crate::telemetry::{LogFormat, Verbosity, init_logging};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,6 +20,11 @@ pub struct Cli {
         env = "SENTRY_TENANTS_LOG_FORMAT"
     )]
     pub log_format: LogFormat,
+    /// Log what happens underneath on stderr, the requests behind a failure included (`RUST_LOG` for more).
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
+    #[command(flatten)]
+    pub cluster: crate::cluster::ClusterArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -38,19 +43,42 @@ pub enum Command {
     Dashboard(crate::install::commands::DashboardArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
+    /// Print this CLI's version and the installed operator's (`--client` for the CLI's only).
+    Version(crate::install::commands::VersionArgs),
+    /// Print a shell completion script: `source <(sentry-tenants completion bash)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Provision, suspend or resume one tenant in ClickHouse and record it on the Tenant (what RunJob pods run).
     ProvisionTenant(Box<crate::provision::ProvisionArgs>),
+}
+
+impl Cli {
+    fn verbosity(&self) -> Verbosity {
+        match self.command {
+            _ if self.verbose => Verbosity::Verbose,
+            Command::Run(_) | Command::ProvisionTenant(_) => Verbosity::Service,
+            _ => Verbosity::Quiet,
+        }
+    }
 }
 
 pub fn main() -> std::process::ExitCode {
     crate::cluster::choose_tls_provider();
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, cli.verbosity());
+    crate::cluster::select(cli.cluster.clone());
     let result = match cli.command {
         Command::Crd => {
             print!("{}", crate::crd::crds_yaml());
             Ok(())
         }
+        Command::Completion { shell } => {
+            print!("{}", completion_script(shell));
+            Ok(())
+        }
+        Command::Version(args) => runtime().block_on(crate::install::commands::run_version(args)),
         Command::Install(args) => runtime().block_on(crate::install::commands::run_install(*args)),
         Command::Uninstall(args) => {
             runtime().block_on(crate::install::commands::run_uninstall(args))
@@ -74,6 +102,24 @@ pub fn main() -> std::process::ExitCode {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The completion script for `shell`. clap_complete 4.6's bash script never completes a subcommand's
+/// options when the binary's name has a hyphen (its dispatch and its case labels escape the name
+/// differently: clap-rs/clap#6421), so bash's is generated for `sentry_tenants` and registered for
+/// the real name.
+pub fn completion_script(shell: clap_complete::Shell) -> String {
+    let mut out = Vec::new();
+    let name = match shell {
+        clap_complete::Shell::Bash => "sentry_tenants",
+        _ => "sentry-tenants",
+    };
+    clap_complete::generate(shell, &mut Cli::command(), name, &mut out);
+    let script = String::from_utf8(out).expect("clap_complete writes UTF-8");
+    match shell {
+        clap_complete::Shell::Bash => script.replace(" sentry_tenants\n", " sentry-tenants\n"),
+        _ => script,
     }
 }
 

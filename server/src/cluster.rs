@@ -1,6 +1,10 @@
 //! Connecting to the cluster and turning API failures into one line a person can act on.
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 /// A client from the in-cluster service account or the kubeconfig, or one clear line saying why not.
 /// One TLS backend for every client in the process, chosen explicitly: a build that links more than
@@ -9,14 +13,76 @@ pub fn choose_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// Which cluster a command talks to, as kubectl's flags say it. Without either, the kubeconfig from
+/// `KUBECONFIG` or `~/.kube/config`, else the pod's ServiceAccount (in a cluster).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterArgs {
+    /// Path to the kubeconfig file to use.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+static SELECTED: OnceLock<ClusterArgs> = OnceLock::new();
+
+/// Records the command line's choice once, before any command connects.
+pub fn select(args: ClusterArgs) {
+    let _ = SELECTED.set(args);
+}
+
+/// A client for the selected cluster, or one clear line saying why not.
 pub async fn connect() -> anyhow::Result<Client> {
-    Client::try_default().await.map_err(|error| {
-        let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| "~/.kube/config".to_owned());
-        anyhow::anyhow!(
-            "no Kubernetes configuration found: not running in a cluster, and no usable kubeconfig at {kubeconfig} ({})",
-            root_cause(&error)
+    client_for(SELECTED.get().unwrap_or(&ClusterArgs::default()))
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+pub async fn client_for(args: &ClusterArgs) -> Result<Client, String> {
+    let config = config_for(args).await?;
+    Client::try_from(config).map_err(|e| {
+        format!(
+            "cannot build a Kubernetes client from the kubeconfig: {}",
+            root_cause(&e)
         )
     })
+}
+
+async fn config_for(args: &ClusterArgs) -> Result<kube::Config, String> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let source = match &args.kubeconfig {
+        Some(path) => path.display().to_string(),
+        None => std::env::var("KUBECONFIG").unwrap_or_else(|_| "~/.kube/config".to_owned()),
+    };
+    let explained = |error: KubeconfigError| match error {
+        KubeconfigError::LoadContext(name) => format!(
+            "the kubeconfig {source} has no context {name:?} (`kubectl config get-contexts` lists them)"
+        ),
+        other => format!("cannot use the kubeconfig {source}: {}", root_cause(&other)),
+    };
+    match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                format!("cannot read the kubeconfig {source}: {}", root_cause(&e))
+            })?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(explained)
+        }
+        None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(explained),
+        None => kube::Config::infer().await.map_err(|error| {
+            format!(
+                "no Kubernetes configuration found: not running in a cluster, and no usable kubeconfig at {source} ({})",
+                root_cause(&error)
+            )
+        }),
+    }
 }
 
 /// The innermost cause of an error chain: kube's errors repeat their sources at every level.

@@ -11,6 +11,7 @@ pub struct OperatorConfig {
     /// Namespace the operator watches (its own; RBAC is namespaced).
     #[arg(
         long,
+        short = 'n',
         env = "SENTRY_TENANTS_NAMESPACE",
         default_value = "sentry-tenants"
     )]

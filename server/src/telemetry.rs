@@ -20,10 +20,32 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber. `RUST_LOG` overrides the default level (info).
-pub fn init_logging(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+/// How much a process logs unless `RUST_LOG` says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verbosity {
+    /// A command a person runs and reads: its own lines say what happened, and a failure is one line.
+    Quiet,
+    /// A process others read through its log (the operator, a provisioning pod).
+    Service,
+    /// `-v`: what happens underneath, the requests behind a failure included.
+    Verbose,
+}
+
+impl Verbosity {
+    fn default_filter(self) -> &'static str {
+        match self {
+            Self::Quiet => "off",
+            // kube-client's own line for every failed request repeats what the caller reports.
+            Self::Service => "info,kube=warn,kube_client::client::builder=off",
+            Self::Verbose => "debug,hyper=info,hyper_util=info,h2=info,rustls=info,tower=info",
+        }
+    }
+}
+
+/// Installs the global subscriber. `RUST_LOG` overrides the default filter.
+pub fn init_logging(format: LogFormat, verbosity: Verbosity) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(verbosity.default_filter()));
     // Colour only for a person at a terminal, never in a pod's log (it ends up in a run's log tail
     // and on the dashboard) and never with NO_COLOR set.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())

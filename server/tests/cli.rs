@@ -220,6 +220,9 @@ fn an_unreachable_cluster_is_one_line_and_a_failure_for_every_command() {
         &["uninstall"],
         &["check"],
         &["check", "--pre"],
+        &["dashboard", "--no-browser"],
+        &["version"],
+        &["run"],
     ] {
         let out = bin()
             .args(args)
@@ -238,12 +241,10 @@ fn an_unreachable_cluster_is_one_line_and_a_failure_for_every_command() {
             !stderr.contains("panicked") && !stderr.contains("stack backtrace"),
             "{args:?}: {stderr}"
         );
+        // `check` reports on stdout, line by line; the others fail with exactly one line, no log before it.
         if args[0] != "check" {
-            assert_eq!(
-                stderr.lines().filter(|l| l.starts_with("error: ")).count(),
-                1,
-                "{args:?}: {stderr}"
-            );
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
         }
     }
 }
@@ -334,7 +335,7 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
         (
             &["install", "--timeout", "forever"],
             2,
-            "error: invalid value 'forever' for '--timeout <TIMEOUT>': invalid duration \"forever\": use e.g. 90s, 5m or 1h",
+            "error: invalid value 'forever' for '--timeout <TIMEOUT>': invalid duration \"forever\": use a Go duration such as 90s, 5m, 1m30s or 1h",
         ),
         (
             &["install", "-o", "json"],
@@ -457,4 +458,231 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
         refused
     );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+fn stderr_lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn an_explicit_kubeconfig_that_cannot_be_read_is_named_in_one_line() {
+    let out = bin()
+        .args(["--kubeconfig", "/nonexistent/kubeconfig", "run"])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr_lines(&out),
+        [
+            "error: cannot read the kubeconfig /nonexistent/kubeconfig: No such file or directory (os error 2)"
+        ]
+    );
+}
+
+#[test]
+fn kubeconfig_and_context_flags_choose_the_cluster_and_a_missing_context_is_named() {
+    let path = unreachable_kubeconfig();
+    let kubeconfig = path.to_str().unwrap();
+
+    let out = bin()
+        .args(["check", "--kubeconfig", kubeconfig, "--context", "nope"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr_lines(&out),
+        [format!(
+            "error: the kubeconfig {kubeconfig} has no context \"nope\" (`kubectl config get-contexts` lists them)"
+        )]
+    );
+
+    // The flags win over KUBECONFIG (which names nothing): the run reaches the kubeconfig's server,
+    // where nothing listens.
+    let out = bin()
+        .args(["run", "--kubeconfig", kubeconfig, "--context", "c"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "no log line before the error: {lines:#?}");
+    assert!(
+        lines[0].starts_with("error: cannot list tenants: the Kubernetes API is unreachable ("),
+        "{lines:#?}"
+    );
+
+    // -v shows the failed request underneath, still without colour on a pipe.
+    let out = bin()
+        .args(["-v", "run", "--kubeconfig", kubeconfig, "--context", "c"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    let lines = stderr_lines(&out);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("kube_client") && l.contains("failed with error")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("error: cannot list tenants: "),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains('\x1b')), "{lines:#?}");
+
+    // --context alone reads KUBECONFIG.
+    let out = bin()
+        .args(["run", "--context", "nope"])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stderr_lines(&out),
+        [format!(
+            "error: the kubeconfig {kubeconfig} has no context \"nope\" (`kubectl config get-contexts` lists them)"
+        )]
+    );
+}
+
+#[test]
+fn bash_completion_completes_subcommands_and_global_flags() {
+    let script = bin().args(["completion", "bash"]).output().unwrap();
+    assert!(script.status.success());
+    let dir = std::env::temp_dir().join("sentry-tenants-cli-completion");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sentry-tenants.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash does on <TAB>: the registered function fills COMPREPLY for the words typed so far.
+    let complete = |words: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source {}; spec=$(complete -p sentry-tenants); f=${{spec#*-F }}; f=${{f%% *}}; \
+                 COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 COMP_LINE=\"${{COMP_WORDS[*]}}\"; COMP_POINT=${{#COMP_LINE}}; \
+                 \"$f\" sentry-tenants \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                path.display()
+            ))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut got: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        got.sort();
+        got
+    };
+    assert_eq!(complete("sentry-tenants prov"), ["provision-tenant"]);
+    assert_eq!(complete("sentry-tenants ch"), ["check"]);
+    // A subcommand's own options, which clap_complete's script misses for a hyphenated binary name.
+    assert_eq!(complete("sentry-tenants check --p"), ["--pre"]);
+    assert_eq!(
+        complete("sentry-tenants provision-tenant acme --act"),
+        ["--action"]
+    );
+    assert_eq!(complete("sentry-tenants check --kube"), ["--kubeconfig"]);
+}
+
+#[test]
+fn completion_scripts_exist_for_zsh_and_fish() {
+    for (shell, first_line) in [
+        ("zsh", "#compdef sentry-tenants"),
+        (
+            "fish",
+            "# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.",
+        ),
+    ] {
+        let out = bin().args(["completion", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(script.lines().next(), Some(first_line), "{shell}");
+        assert!(script.contains("provision-tenant"), "{shell}");
+    }
+}
+
+#[test]
+fn version_prints_the_client_then_the_server_or_why_not() {
+    let version = env!("CARGO_PKG_VERSION");
+    let out = bin().args(["version", "--client"]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("client: {version}\n")
+    );
+
+    let out = bin()
+        .args(["version", "--client", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{{\n  \"client\": {{\n    \"version\": \"{version}\"\n  }}\n}}\n")
+    );
+    let out = bin()
+        .args(["version", "--client", "-o", "yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("client:\n  version: {version}\n")
+    );
+
+    // The client's line shows even when the cluster does not answer; the failure is one line.
+    let path = unreachable_kubeconfig();
+    let out = bin()
+        .args(["version", "--kubeconfig", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stdout.clone()).unwrap(),
+        format!("client: {version}\n")
+    );
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].starts_with(
+            "error: cannot get the operator Deployment: the Kubernetes API is unreachable ("
+        ),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn check_reports_as_json_with_the_same_exit_code() {
+    let kubeconfig = unreachable_kubeconfig();
+    let out = bin()
+        .args(["check", "-o", "json"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let first = &report["checks"][0];
+    assert_eq!(first["ok"], false);
+    assert!(
+        first["what"].as_str().unwrap().starts_with(
+            "cannot get CRD tenants.sentry.io: the Kubernetes API is unreachable ("
+        ),
+        "{report:#}"
+    );
+    assert_eq!(first["hint"], "check your kubeconfig");
 }

@@ -378,6 +378,24 @@ fn timeout_body() -> Value {
     )
 }
 
+/// The first ```` ```lang ```` block of the README section whose heading starts with `heading` (a `## `
+/// line): the tests that keep the README's examples true read them from the README itself.
+pub fn readme_block(heading: &str, lang: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md is readable");
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with(heading))
+        .unwrap_or_else(|| panic!("README.md has no section starting {heading:?}"));
+    let fence = format!("```{lang}\n");
+    let start = section
+        .find(&fence)
+        .unwrap_or_else(|| panic!("README section {heading:?} has no {lang} block"))
+        + fence.len();
+    let end = start + section[start..].find("```").expect("the block is closed");
+    section[start..end].to_owned()
+}
+
 /// Every error the apiserver's schema checks would report for `obj` (`old` for updates) against the
 /// generated CRD of `K`: OpenAPI keywords with `jsonschema`, CEL rules (including the `oldSelf`
 /// transition rules) with `kube-cel`, the client-side evaluator of Kubernetes' CEL libraries.

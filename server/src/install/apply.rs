@@ -132,7 +132,7 @@ pub async fn install(
     let mut deployment = None;
     for obj in &rest {
         let applied = apply_one(client, obj, opts, progress, &mut report).await?;
-        if kind_of(obj) == "Deployment" && obj.name_any() == "sentry-tenants" {
+        if kind_of(obj) == "Deployment" && obj.name_any() == super::DEPLOYMENT {
             deployment = Some(applied);
         }
     }
@@ -142,7 +142,7 @@ pub async fn install(
         wait_rollout(
             client,
             &values.namespace,
-            "sentry-tenants",
+            super::DEPLOYMENT,
             applied,
             opts,
             progress,

@@ -12,13 +12,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 
+use super::DEPLOYMENT;
 use crate::leader::LEASE_NAME;
 
 /// Oldest Kubernetes we support: CRD validation rules (CEL) are GA from 1.29, and we test the
 /// Kubernetes 1.32 API types.
 pub const MIN_KUBERNETES: (u32, u32) = (1, 30);
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CheckLine {
     pub ok: bool,
     pub what: String,
@@ -158,6 +159,47 @@ async fn access_line(
     }
 }
 
+/// What `version` reports of an install: the operator Deployment's version label, image and replicas.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Installed {
+    pub namespace: String,
+    pub version: String,
+    pub image: String,
+    pub replicas: i32,
+    pub available_replicas: i32,
+}
+
+/// The install in `namespace`, or `None` when no operator Deployment is there.
+pub async fn installed(client: &Client, namespace: &str) -> Result<Option<Installed>, kube::Error> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    Ok(deployments.get_opt(DEPLOYMENT).await?.map(|d| Installed {
+        namespace: namespace.to_owned(),
+        version: installed_version(&d),
+        image: d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default(),
+        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        available_replicas: d
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0),
+    }))
+}
+
+fn installed_version(deployment: &Deployment) -> String {
+    deployment
+        .labels()
+        .get("app.kubernetes.io/version")
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// After install: CRDs established, operator available, a fresh leader, and the same version as this CLI.
 pub async fn post_install(
     client: &Client,
@@ -188,7 +230,7 @@ pub async fn post_install(
         });
     }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    match deployments.get_opt("sentry-tenants").await {
+    match deployments.get_opt(DEPLOYMENT).await {
         Ok(Some(d)) => {
             let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let available = d
@@ -204,11 +246,7 @@ pub async fn post_install(
                     format!("kubectl -n {namespace} describe deployment sentry-tenants; kubectl -n {namespace} logs deploy/sentry-tenants"),
                 )
             });
-            let installed = d
-                .labels()
-                .get("app.kubernetes.io/version")
-                .cloned()
-                .unwrap_or_default();
+            let installed = installed_version(&d);
             out.push(if installed == cli_version {
                 CheckLine::pass(format!("installed version {installed} matches this CLI"))
             } else {

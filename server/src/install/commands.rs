@@ -43,7 +43,7 @@ pub struct InstallArgs {
     /// Wait until the operator is rolled out.
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub wait: bool,
-    /// How long to wait for CRDs and the rollout, e.g. 90s, 5m.
+    /// How long to wait for CRDs and the rollout (a Go duration: 90s, 5m, 1m30s).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
     /// Take over fields another field manager owns instead of stopping.
@@ -66,19 +66,15 @@ impl InstallArgs {
     }
 }
 
-/// `90s`, `5m`, `1h`, or plain seconds.
+/// A Go duration, as kubectl takes one: `90s`, `5m`, `1m30s`, `1h`, `500ms`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: use e.g. 90s, 5m or 1h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("invalid duration {s:?}: use e.g. 90s, 5m or 1h")),
-    };
-    Ok(Duration::from_secs(secs))
+    let parsed: kube::core::Duration = s.parse().map_err(|_| {
+        format!("invalid duration {s:?}: use a Go duration such as 90s, 5m, 1m30s or 1h")
+    })?;
+    if parsed.is_negative() {
+        return Err(format!("invalid duration {s:?}: it cannot be negative"));
+    }
+    Ok(parsed.into())
 }
 
 pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
@@ -130,7 +126,7 @@ pub struct UninstallArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
-    /// How long to wait for the operator's pods to stop (e.g. 90s, 5m).
+    /// How long to wait for the operator's pods to stop (a Go duration: 90s, 5m, 1m30s).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
 }
@@ -181,6 +177,23 @@ pub struct CheckArgs {
     /// Before installing: cluster reachable, version supported, permissions to install.
     #[arg(long)]
     pub pre: bool,
+    /// Print the checks as JSON or YAML (`ok`, and each check's `ok`, `what`, `hint`); the exit code is the same.
+    #[arg(long, short = 'o', value_enum)]
+    pub output: Option<Format>,
+}
+
+#[derive(serde::Serialize)]
+struct CheckReport<'a> {
+    ok: bool,
+    checks: &'a [check::CheckLine],
+}
+
+fn print_as(format: Format, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(value)?),
+    }
+    Ok(())
 }
 
 pub async fn run_check(args: CheckArgs) -> anyhow::Result<bool> {
@@ -196,19 +209,97 @@ pub async fn run_check(args: CheckArgs) -> anyhow::Result<bool> {
         )
         .await
     };
-    for line in &lines {
-        println!("{line}");
-    }
     let ok = all_passed(&lines);
-    println!(
-        "{}",
-        if ok {
-            "All checks passed."
-        } else {
-            "Some checks failed."
+    match args.output {
+        Some(format) => print_as(format, &CheckReport { ok, checks: &lines })?,
+        None => {
+            for line in &lines {
+                println!("{line}");
+            }
+            println!(
+                "{}",
+                if ok {
+                    "All checks passed."
+                } else {
+                    "Some checks failed."
+                }
+            );
         }
-    );
+    }
     Ok(ok)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct VersionArgs {
+    /// Namespace of the install whose version to show.
+    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    pub namespace: String,
+    /// Only this CLI's version; needs no cluster.
+    #[arg(long)]
+    pub client: bool,
+    #[arg(long, short = 'o', value_enum)]
+    pub output: Option<Format>,
+}
+
+/// The versions `version` reports: always the client's; the server's unless `--client`, `null`
+/// when nothing is installed in the namespace.
+#[derive(Debug, serde::Serialize)]
+struct Versions {
+    client: ClientVersion,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server: Option<Option<check::Installed>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ClientVersion {
+    version: &'static str,
+}
+
+/// Like `kubectl version`: the client's line first, so it shows even when the cluster does not answer.
+pub async fn run_version(args: VersionArgs) -> anyhow::Result<()> {
+    let client = ClientVersion {
+        version: env!("CARGO_PKG_VERSION"),
+    };
+    if args.output.is_none() {
+        println!("client: {}", client.version);
+    }
+    let server = if args.client {
+        None
+    } else {
+        let kube = crate::cluster::connect().await?;
+        let installed = check::installed(&kube, &args.namespace)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(crate::cluster::describe("get the operator Deployment", &e))
+            })?;
+        Some(installed)
+    };
+    let versions = Versions { client, server };
+    match args.output {
+        None => {
+            if let Some(server) = &versions.server {
+                println!("server: {}", server_line(server.as_ref(), &args.namespace));
+            }
+        }
+        Some(format) => print_as(format, &versions)?,
+    }
+    Ok(())
+}
+
+fn server_line(installed: Option<&check::Installed>, namespace: &str) -> String {
+    match installed {
+        Some(i) => format!(
+            "{} in namespace {} (image {}, {}/{} available)",
+            i.version, i.namespace, i.image, i.available_replicas, i.replicas
+        ),
+        None => format!("not installed in namespace {namespace}"),
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -233,12 +324,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_in_seconds_minutes_and_hours() {
+    fn durations_parse_as_go_durations() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("42"), Ok(Duration::from_secs(42)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_duration("42"),
+            Err(
+                "invalid duration \"42\": use a Go duration such as 90s, 5m, 1m30s or 1h"
+                    .to_owned()
+            )
+        );
         assert!(parse_duration("5 minutes").is_err());
-        assert!(parse_duration("-1s").is_err());
+        assert_eq!(
+            parse_duration("-1s"),
+            Err("invalid duration \"-1s\": it cannot be negative".to_owned())
+        );
     }
 }

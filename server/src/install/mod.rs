@@ -13,3 +13,6 @@ pub use apply::{InstallError, InstallOptions, InstallReport, install};
 pub use bundle::{BundleError, ValueError, Values};
 pub use progress::Progress;
 pub use uninstall::{UninstallOptions, UninstallReport, uninstall};
+
+/// The operator Deployment's name in every install.
+pub const DEPLOYMENT: &str = "sentry-tenants";

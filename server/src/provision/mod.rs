@@ -37,6 +37,7 @@ pub struct ProvisionArgs {
     /// Namespace of the Tenant.
     #[arg(
         long,
+        short = 'n',
         env = "SENTRY_TENANTS_NAMESPACE",
         default_value = "sentry-tenants"
     )]
@@ -395,9 +396,12 @@ pub async fn main(args: ProvisionArgs) -> anyhow::Result<()> {
 
 async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
     let name = args.checked_tenant()?;
-    let client = kube::Client::try_default()
+    let client = crate::cluster::connect()
         .await
-        .map_err(|e| ProvisionError::kube("load a Kubernetes configuration", e))?;
+        .map_err(|e| ProvisionError::Kubernetes {
+            action: "connect".into(),
+            detail: e.to_string(),
+        })?;
     let clickhouse = HttpClickHouse::new(
         &args.clickhouse_url,
         &args.clickhouse_user,

@@ -1,6 +1,8 @@
 //! What the apiserver itself does with our CRDs, as a user meets it through kubectl: the CEL rules
 //! refuse bad names and changes to a run's tenant or action, and `kubectl get` shows our columns.
 
+use sentry_tenants_tests::readme_block;
+
 use crate::setup;
 
 /// The words of line `n` of kubectl's table output.
@@ -54,6 +56,37 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
     let (ok, _, err) = apply(run("acme-provision-1", "acme", "Delete"));
     assert!(
         !ok && err.contains("Unsupported value: \"Delete\""),
+        "{err}"
+    );
+}
+
+/// The README's quick-start YAML is what the apiserver admits, field for field: applied with strict field
+/// validation, where a field the CRDs do not have is refused (the misspelt copy shows it would be).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_quick_start_yaml_is_admitted_under_strict_field_validation() {
+    let s = setup("readme").await;
+    s.install_idle().await;
+    let yaml = readme_block("Quick start", "yaml")
+        .replace("namespace: sentry-tenants", &format!("namespace: {}", s.ns));
+    let apply = |yaml: &str| {
+        s.plane
+            .kubectl(&["apply", "--validate=strict", "-f", "-"], Some(yaml))
+    };
+
+    let (ok, out, err) = apply(&yaml);
+    assert!(ok, "{err}");
+    for created in [
+        "tenant.sentry.io/acme-corp created",
+        "runjob.sentry.io/acme-corp-provision-1 created",
+    ] {
+        assert!(out.contains(created), "{created}: {out}");
+    }
+
+    let misspelt = yaml.replace("  suspended:", "  suspend:");
+    assert_ne!(misspelt, yaml, "the example sets spec.suspended");
+    let (ok, _, err) = apply(&misspelt);
+    assert!(
+        !ok && err.contains(r#"unknown field "spec.suspend""#),
         "{err}"
     );
 }

@@ -9,7 +9,7 @@ use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, PostParams};
 use sentry_tenants::install::apply::{
     BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, api_for,
 };
-use sentry_tenants::install::check::{all_passed, post_install, preflight};
+use sentry_tenants::install::check::{Installed, all_passed, installed, post_install, preflight};
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, install};
 use sentry_tenants_tests::control_plane::{fresh_namespace, wait_gone, wait_until};
 
@@ -64,6 +64,18 @@ async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     })
     .await;
     assert_eq!(checks.len(), 5, "{checks:#?}");
+    // What `version` reports of it, and of a namespace with no install.
+    assert_eq!(
+        installed(&s.admin, &target).await.unwrap(),
+        Some(Installed {
+            namespace: target.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            image: values.image.clone(),
+            replicas: 1,
+            available_replicas: 1,
+        })
+    );
+    assert_eq!(installed(&s.admin, &s.ns).await.unwrap(), None);
 
     let crds: Api<CustomResourceDefinition> = Api::all(s.admin.clone());
     for name in ["tenants.sentry.io", "runjobs.sentry.io"] {

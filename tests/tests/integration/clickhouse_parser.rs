@@ -8,7 +8,10 @@ use std::process::{Command, Stdio};
 use sentry_tenants::crd::RunAction;
 use sentry_tenants::names::{MAX_TENANT_NAME, TenantName};
 use sentry_tenants::provision::sha256_hex;
-use sentry_tenants::provision::sql::{TenantIdents, plan, quote_ident, quote_str, rotate};
+use sentry_tenants::provision::sql::{
+    TENANT_PRIVILEGES, TenantIdents, plan, quote_ident, quote_str, rotate,
+};
+use sentry_tenants_tests::readme_block;
 use serde_json::Value;
 
 fn python() -> String {
@@ -147,5 +150,31 @@ fn the_parser_rejects_what_it_should() {
     ];
     for (s, verdict) in bad.iter().zip(parse_all(&bad)) {
         assert!(verdict.is_err(), "accepted: {s}");
+    }
+}
+
+/// The admin account's setup in the README's quick start parses, and grants with GRANT OPTION
+/// exactly the privileges the provisioner hands a tenant (ClickHouse lets it grant only those).
+#[test]
+fn the_readme_admin_account_statements_parse_and_cover_the_tenant_grant() {
+    let statements: Vec<String> = readme_block("Quick start", "sql")
+        .split(';')
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(statements.len(), 3, "{statements:#?}");
+    for (statement, verdict) in statements.iter().zip(parse_all(&statements)) {
+        assert!(verdict.is_ok(), "{statement}: {verdict:?}");
+    }
+    assert_eq!(
+        statements[2],
+        format!("GRANT {TENANT_PRIVILEGES} ON *.* TO sentry_admin WITH GRANT OPTION")
+    );
+    for needed in ["CREATE DATABASE", "CREATE USER", "ALTER USER", "SHOW USERS"] {
+        assert!(
+            statements[1].contains(needed),
+            "{needed}: {}",
+            statements[1]
+        );
     }
 }
