@@ -679,9 +679,10 @@ fn check_reports_as_json_with_the_same_exit_code() {
     let first = &report["checks"][0];
     assert_eq!(first["ok"], false);
     assert!(
-        first["what"].as_str().unwrap().starts_with(
-            "cannot get CRD tenants.sentry.io: the Kubernetes API is unreachable ("
-        ),
+        first["what"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot get CRD tenants.sentry.io: the Kubernetes API is unreachable ("),
         "{report:#}"
     );
     assert_eq!(first["hint"], "check your kubeconfig");

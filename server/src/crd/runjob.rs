@@ -15,12 +15,15 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     namespaced,
     status = "RunJobStatus",
     shortname = "rj",
+    category = "sentry",
     derive = "PartialEq",
     derive = "Default",
     doc = "One run of Provision, Suspend or Resume for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Job", type_ = "string", json_path = ".status.jobRef.name"),
+    printcolumn(name = "Finished", type_ = "date", json_path = ".status.completionTime"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     // The RunJob's name is also its Job's name, which Kubernetes copies into a label value.
     validation = Rule::new("self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")

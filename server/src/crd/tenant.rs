@@ -15,13 +15,17 @@ use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
     namespaced,
     status = "TenantStatus",
     shortname = "tn",
+    category = "sentry",
     derive = "PartialEq",
     derive = "Default",
     doc = "A tenant of the platform: its ClickHouse database, user and credentials, provisioned by a RunJob.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
+    printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspended"),
+    printcolumn(name = "Logins", type_ = "string", json_path = r#".status.conditions[?(@.type=="AccessLocked")].reason"#),
     printcolumn(name = "Database", type_ = "string", json_path = ".status.clickHouseDatabaseName"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Message", type_ = "string", priority = 1, json_path = r#".status.conditions[?(@.type=="Ready")].message"#),
     // Every name derived from the tenant's (database, user, Secret, RunJob, Job, Pod) must stay valid:
     // see `names::MAX_TENANT_NAME`. Kept in step with `names::TENANT_NAME_PATTERN` by a test.
     validation = Rule::new("self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")

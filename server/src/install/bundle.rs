@@ -339,6 +339,49 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_round_trip_difference_is_named_by_its_path() {
+        let diff = |raw: Value, back: Value| {
+            let mut out = Vec::new();
+            diff_paths(&raw, &back, String::new(), &mut out);
+            out
+        };
+        // Read back the same (an integer may come back as a float, a field may be added): nothing.
+        assert_eq!(
+            diff(
+                serde_json::json!({"n": 1, "xs": [1, "s"], "s": "x"}),
+                serde_json::json!({"n": 1.0, "xs": [1.0, "s"], "s": "x", "added": true}),
+            ),
+            Vec::<String>::new()
+        );
+        let one = |raw: Value, back: Value, path: &str| assert_eq!(diff(raw, back), [path]);
+        one(
+            serde_json::json!({"xs": [1, 2]}),
+            serde_json::json!({"xs": [1, 3]}),
+            ".xs[1]",
+        );
+        one(
+            serde_json::json!({"xs": [1, 2]}),
+            serde_json::json!({"xs": [1]}),
+            ".xs",
+        );
+        one(
+            serde_json::json!({"n": 1}),
+            serde_json::json!({"n": 2}),
+            ".n",
+        );
+        one(
+            serde_json::json!({"s": "x"}),
+            serde_json::json!({"s": "y"}),
+            ".s",
+        );
+        one(
+            serde_json::json!({"o": {"k": 1}}),
+            serde_json::json!({"o": {}}),
+            ".o.k",
+        );
+    }
+
+    #[test]
     fn values_are_validated_before_rendering() {
         let bad = [
             Values {

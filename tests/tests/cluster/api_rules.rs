@@ -110,7 +110,15 @@ async fn kubectl_get_shows_the_printer_columns_and_short_names() {
     let header = words(&out, 0);
     assert_eq!(
         header,
-        ["NAME", "PHASE", "READY", "DATABASE", "AGE"],
+        [
+            "NAME",
+            "PHASE",
+            "READY",
+            "SUSPENDED",
+            "LOGINS",
+            "DATABASE",
+            "AGE"
+        ],
         "{out}"
     );
     assert!(
@@ -123,11 +131,31 @@ async fn kubectl_get_shows_the_printer_columns_and_short_names() {
     let header = words(&out, 0);
     assert_eq!(
         header,
-        ["NAME", "TENANT", "ACTION", "PHASE", "AGE"],
+        [
+            "NAME", "TENANT", "ACTION", "PHASE", "JOB", "FINISHED", "AGE"
+        ],
         "{out}"
     );
     let row = words(&out, 1);
     assert_eq!(row[..3], ["acme-provision-1", "acme", "Provision"], "{out}");
+
+    // -o wide adds the Ready condition's message; the category lists both kinds at once.
+    let (ok, out, err) = s
+        .plane
+        .kubectl(&["get", "tn", "-o", "wide", "-n", &s.ns], None);
+    assert!(ok, "{err}");
+    assert_eq!(words(&out, 0).last(), Some(&"MESSAGE"), "{out}");
+    let (ok, out, err) = s
+        .plane
+        .kubectl(&["get", "sentry", "-o", "name", "-n", &s.ns], None);
+    assert!(ok, "{err}");
+    let mut listed: Vec<&str> = out.lines().collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        ["runjob.sentry.io/acme-provision-1", "tenant.sentry.io/acme"],
+        "{out}"
+    );
 }
 
 /// Found on this tier: the apiserver refused a Tenant written without `spec:` ("spec: Required
