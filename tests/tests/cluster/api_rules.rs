@@ -1,6 +1,7 @@
 //! What the apiserver itself does with our CRDs, as a user meets it through kubectl: the CEL rules
 //! refuse bad names and changes to a run's tenant or action, and `kubectl get` shows our columns.
 
+use sentry_tenants_tests::control_plane::wait_until;
 use sentry_tenants_tests::readme_block;
 
 use crate::setup;
@@ -145,16 +146,19 @@ async fn kubectl_get_shows_the_printer_columns_and_short_names() {
         .kubectl(&["get", "tn", "-o", "wide", "-n", &s.ns], None);
     assert!(ok, "{err}");
     assert_eq!(words(&out, 0).last(), Some(&"MESSAGE"), "{out}");
-    let (ok, out, err) = s
-        .plane
-        .kubectl(&["get", "sentry", "-o", "name", "-n", &s.ns], None);
-    assert!(ok, "{err}");
-    let mut listed: Vec<&str> = out.lines().collect();
-    listed.sort_unstable();
+    // The apiserver serves a CRD's new category in discovery a moment after the CRD changed.
+    let listed = wait_until("the category sentry to list both kinds", async || {
+        let (ok, out, _) = s
+            .plane
+            .kubectl(&["get", "sentry", "-o", "name", "-n", &s.ns], None);
+        let mut listed: Vec<String> = out.lines().map(str::to_owned).collect();
+        listed.sort_unstable();
+        ok.then_some(listed)
+    })
+    .await;
     assert_eq!(
         listed,
-        ["runjob.sentry.io/acme-provision-1", "tenant.sentry.io/acme"],
-        "{out}"
+        ["runjob.sentry.io/acme-provision-1", "tenant.sentry.io/acme"]
     );
 }
 
