@@ -488,27 +488,30 @@ fn an_explicit_kubeconfig_that_cannot_be_read_is_named_in_one_line() {
 fn kubeconfig_and_context_flags_choose_the_cluster_and_a_missing_context_is_named() {
     let path = unreachable_kubeconfig();
     let kubeconfig = path.to_str().unwrap();
-
-    let out = bin()
-        .args(["check", "--kubeconfig", kubeconfig, "--context", "nope"])
-        .env("KUBECONFIG", "/nonexistent")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        stderr_lines(&out),
-        [format!(
-            "error: the kubeconfig {kubeconfig} has no context \"nope\" (`kubectl config get-contexts` lists them)"
-        )]
+    let with_env = |kubeconfig_env: &str, args: &[&str]| {
+        bin()
+            .args(args)
+            .env("KUBECONFIG", kubeconfig_env)
+            .output()
+            .unwrap()
+    };
+    let no_context = format!(
+        "error: the kubeconfig {kubeconfig} has no context \"nope\" (`kubectl config get-contexts` lists them)"
     );
+
+    let out = with_env(
+        "/nonexistent",
+        &["check", "--kubeconfig", kubeconfig, "--context", "nope"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr_lines(&out), std::slice::from_ref(&no_context));
 
     // The flags win over KUBECONFIG (which names nothing): the run reaches the kubeconfig's server,
     // where nothing listens.
-    let out = bin()
-        .args(["run", "--kubeconfig", kubeconfig, "--context", "c"])
-        .env("KUBECONFIG", "/nonexistent")
-        .output()
-        .unwrap();
+    let out = with_env(
+        "/nonexistent",
+        &["run", "--kubeconfig", kubeconfig, "--context", "c"],
+    );
     assert_eq!(out.status.code(), Some(1));
     let lines = stderr_lines(&out);
     assert_eq!(lines.len(), 1, "no log line before the error: {lines:#?}");
@@ -518,11 +521,10 @@ fn kubeconfig_and_context_flags_choose_the_cluster_and_a_missing_context_is_name
     );
 
     // -v shows the failed request underneath, still without colour on a pipe.
-    let out = bin()
-        .args(["-v", "run", "--kubeconfig", kubeconfig, "--context", "c"])
-        .env("KUBECONFIG", "/nonexistent")
-        .output()
-        .unwrap();
+    let out = with_env(
+        "/nonexistent",
+        &["-v", "run", "--kubeconfig", kubeconfig, "--context", "c"],
+    );
     let lines = stderr_lines(&out);
     assert!(
         lines
@@ -540,17 +542,8 @@ fn kubeconfig_and_context_flags_choose_the_cluster_and_a_missing_context_is_name
     assert!(!lines.iter().any(|l| l.contains('\x1b')), "{lines:#?}");
 
     // --context alone reads KUBECONFIG.
-    let out = bin()
-        .args(["run", "--context", "nope"])
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .unwrap();
-    assert_eq!(
-        stderr_lines(&out),
-        [format!(
-            "error: the kubeconfig {kubeconfig} has no context \"nope\" (`kubectl config get-contexts` lists them)"
-        )]
-    );
+    let out = with_env(kubeconfig, &["run", "--context", "nope"]);
+    assert_eq!(stderr_lines(&out), [no_context]);
 }
 
 #[test]
@@ -619,30 +612,21 @@ fn completion_scripts_exist_for_zsh_and_fish() {
 #[test]
 fn version_prints_the_client_then_the_server_or_why_not() {
     let version = env!("CARGO_PKG_VERSION");
-    let out = bin().args(["version", "--client"]).output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        format!("client: {version}\n")
-    );
-
-    let out = bin()
-        .args(["version", "--client", "-o", "json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        format!("{{\n  \"client\": {{\n    \"version\": \"{version}\"\n  }}\n}}\n")
-    );
-    let out = bin()
-        .args(["version", "--client", "-o", "yaml"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        format!("client:\n  version: {version}\n")
-    );
+    for (args, want) in [
+        (&["version", "--client"][..], format!("client: {version}\n")),
+        (
+            &["version", "--client", "-o", "json"],
+            format!("{{\n  \"client\": {{\n    \"version\": \"{version}\"\n  }}\n}}\n"),
+        ),
+        (
+            &["version", "--client", "-o", "yaml"],
+            format!("client:\n  version: {version}\n"),
+        ),
+    ] {
+        let out = bin().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), want, "{args:?}");
+    }
 
     // The client's line shows even when the cluster does not answer; the failure is one line.
     let path = unreachable_kubeconfig();
