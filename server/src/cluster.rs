@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-/// A client from the in-cluster service account or the kubeconfig, or one clear line saying why not.
 /// One TLS backend for every client in the process, chosen explicitly: a build that links more than
 /// one (feature unification in a workspace) would otherwise refuse to pick. Idempotent.
 pub fn choose_tls_provider() {
@@ -39,7 +38,7 @@ pub async fn connect() -> anyhow::Result<Client> {
         .map_err(anyhow::Error::msg)
 }
 
-pub async fn client_for(args: &ClusterArgs) -> Result<Client, String> {
+async fn client_for(args: &ClusterArgs) -> Result<Client, String> {
     let config = config_for(args).await?;
     Client::try_from(config).map_err(|e| {
         format!(
