@@ -11,6 +11,7 @@
 #   bash scripts/mutants.sh 3/16            # one shard of sixteen (round-robin), as MUTANTS.md records
 #   bash scripts/mutants.sh -f 'server/src/provision/sql.rs'   # one file (any cargo-mutants filter)
 #   bash scripts/mutants.sh --list          # list the mutants only
+#   bash scripts/mutants.sh --iterate -f 'server/src/install/bundle.rs'   # only what the last runs did not catch
 #
 # It tests the committed HEAD, in a git worktree of its own (target/mutants/src) mutated in place, so
 # that its build directory (target/mutants/target) stays valid between runs and sessions: each mutant
