@@ -175,7 +175,11 @@ pub async fn installed(client: &Client, namespace: &str) -> Result<Option<Instal
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     Ok(deployments.get_opt(DEPLOYMENT).await?.map(|d| Installed {
         namespace: namespace.to_owned(),
-        version: installed_version(&d),
+        version: d
+            .labels()
+            .get("app.kubernetes.io/version")
+            .cloned()
+            .unwrap_or_default(),
         image: d
             .spec
             .as_ref()
@@ -190,14 +194,6 @@ pub async fn installed(client: &Client, namespace: &str) -> Result<Option<Instal
             .and_then(|s| s.available_replicas)
             .unwrap_or(0),
     }))
-}
-
-fn installed_version(deployment: &Deployment) -> String {
-    deployment
-        .labels()
-        .get("app.kubernetes.io/version")
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// After install: CRDs established, operator available, a fresh leader, and the same version as this CLI.
@@ -229,15 +225,13 @@ pub async fn post_install(
             ),
         });
     }
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    match deployments.get_opt(DEPLOYMENT).await {
-        Ok(Some(d)) => {
-            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let available = d
-                .status
-                .as_ref()
-                .and_then(|s| s.available_replicas)
-                .unwrap_or(0);
+    match installed(client, namespace).await {
+        Ok(Some(Installed {
+            version: installed,
+            replicas: want,
+            available_replicas: available,
+            ..
+        })) => {
             out.push(if available >= want && want > 0 {
                 CheckLine::pass(format!("operator Deployment available ({available}/{want})"))
             } else {
@@ -246,7 +240,6 @@ pub async fn post_install(
                     format!("kubectl -n {namespace} describe deployment sentry-tenants; kubectl -n {namespace} logs deploy/sentry-tenants"),
                 )
             });
-            let installed = installed_version(&d);
             out.push(if installed == cli_version {
                 CheckLine::pass(format!("installed version {installed} matches this CLI"))
             } else {
