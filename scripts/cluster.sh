@@ -181,7 +181,7 @@ start_apiserver() {
     --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
     --client-ca-file "$dir/pki/ca.crt" \
     --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction \
+    --enable-admission-plugins NodeRestriction,OwnerReferencesPermissionEnforcement \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
     --service-cluster-ip-range "$service_cidr" --endpoint-reconciler-type none \

@@ -75,6 +75,7 @@ impl LeaderElection {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(LEASE_NAME.into()),
+                labels: Some(crate::labels::of_component("leader-election")),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod install;
+pub mod labels;
 pub mod leader;
 /// Tenant-name validation and derived names live with the dashboard (its form uses them) and are
 /// re-exported here for the operator.

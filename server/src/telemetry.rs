@@ -148,6 +148,16 @@ impl Default for Metrics {
             "Finished RunJobs deleted after their TTL",
             cleanups.clone(),
         );
+        // `sentry_tenants_build_info{version="…"} 1`: which version each replica runs, for joins
+        // and for spotting a replica left on an old version during an upgrade.
+        registry.register(
+            "build",
+            "The version of this binary",
+            prometheus_client::metrics::info::Info::new(vec![(
+                "version".to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            )]),
+        );
         registry.register(
             "leader",
             "1 while this replica holds the leader Lease",

@@ -105,7 +105,8 @@ impl Setup {
         self.install_replicas(url, admin, 1).await;
     }
 
-    pub async fn install_replicas(&self, url: &str, admin: (&str, &str), replicas: u8) {
+    /// The ClickHouse admin Secret, as a person creates it before `install`.
+    pub async fn create_admin_secret(&self, admin: (&str, &str)) {
         let secrets: Api<Secret> = Api::namespaced(self.admin.clone(), &self.ns);
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -117,6 +118,10 @@ impl Setup {
             .create(&PostParams::default(), &secret)
             .await
             .expect("create the admin Secret");
+    }
+
+    pub async fn install_replicas(&self, url: &str, admin: (&str, &str), replicas: u8) {
+        self.create_admin_secret(admin).await;
         let values = Values {
             clickhouse_url: url.to_owned(),
             replicas,

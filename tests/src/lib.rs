@@ -647,6 +647,8 @@ impl Cluster {
             .with_status_subresource::<Tenant>()
             .with_status_subresource::<RunJob>()
             .with_status_subresource::<Job>()
+            // As the apiserver does: prune tells what install applied by its managedFields.
+            .with_return_managed_fields()
             .build()
             .await
             .expect("fake client");

@@ -38,15 +38,8 @@ pub fn build_job(run: &RunJob, config: &OperatorConfig) -> Job {
         o.block_owner_deletion = Some(true);
         o
     });
-    let labels: std::collections::BTreeMap<String, String> = [
-        ("app.kubernetes.io/managed-by", "sentry-tenants"),
-        ("app.kubernetes.io/component", "provisioner"),
-        ("sentry.io/tenant", run.spec.tenant.as_str()),
-        ("sentry.io/runjob", name.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+    let mut labels = crate::labels::for_tenant("provisioner", &run.spec.tenant);
+    labels.insert("sentry.io/runjob".to_owned(), name.clone());
 
     Job {
         metadata: ObjectMeta {

@@ -326,20 +326,14 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
             namespace: tenant.namespace(),
             owner_references: Some(vec![owner]),
             finalizers: Some(vec![RUNJOB_FINALIZER.to_owned()]),
-            labels: Some(
-                [
-                    (
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "sentry-tenants".to_owned(),
-                    ),
-                    ("sentry.io/tenant".to_owned(), tenant.name_any()),
-                    (
-                        "sentry.io/action".to_owned(),
-                        action.as_str().to_lowercase(),
-                    ),
-                ]
-                .into(),
-            ),
+            labels: Some({
+                let mut labels = crate::labels::for_tenant("run", &tenant.name_any());
+                labels.insert(
+                    "sentry.io/action".to_owned(),
+                    action.as_str().to_lowercase(),
+                );
+                labels
+            }),
             ..ObjectMeta::default()
         },
         spec: RunJobSpec::new(&tenant.name_any(), action),
@@ -611,7 +605,12 @@ mod tests {
         assert_eq!(
             labels,
             [
+                ("app.kubernetes.io/component", "run"),
+                ("app.kubernetes.io/instance", "acme"),
                 ("app.kubernetes.io/managed-by", "sentry-tenants"),
+                ("app.kubernetes.io/name", "sentry-tenants"),
+                ("app.kubernetes.io/part-of", "sentry-tenants"),
+                ("app.kubernetes.io/version", env!("CARGO_PKG_VERSION")),
                 ("sentry.io/action", "suspend"),
                 ("sentry.io/tenant", "acme"),
             ]

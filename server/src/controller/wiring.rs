@@ -272,14 +272,22 @@ pub async fn run_controllers(
             .watches_shared_stream(subscribe_runs_a, tenant_of_run)
             .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
             .graceful_shutdown_on(shutdown.clone())
-            .run(tenant::reconcile, report_error("tenant"), Arc::clone(&ctx))
+            .run(
+                forgetting_failures(tenant::reconcile),
+                report_error("tenant"),
+                Arc::clone(&ctx),
+            )
             .for_each(|result| log_result("tenant", result));
     let run_controller =
         Controller::for_shared_stream(subscribe_runs_b, ctx.stores.runjobs.clone())
             .owns_shared_stream(subscribe_jobs)
             .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
             .graceful_shutdown_on(shutdown.clone())
-            .run(runjob::reconcile, report_error("runjob"), Arc::clone(&ctx))
+            .run(
+                forgetting_failures(runjob::reconcile),
+                report_error("runjob"),
+                Arc::clone(&ctx),
+            )
             .for_each(|result| log_result("runjob", result));
 
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
@@ -292,7 +300,31 @@ pub async fn run_controllers(
     }
 }
 
-fn report_error<K>(
+/// `reconcile`, and on its success the object's failures are forgotten: the next failure backs off
+/// from the start again.
+fn forgetting_failures<K, F>(
+    reconcile: impl Fn(Arc<K>, Arc<Context>) -> F,
+) -> impl Fn(Arc<K>, Arc<Context>) -> futures::future::BoxFuture<'static, F::Output>
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+    F: std::future::Future<Output = super::Result<kube::runtime::controller::Action>>
+        + Send
+        + 'static,
+{
+    move |obj, ctx| {
+        let key = super::backoff_key(obj.as_ref());
+        let reconciled = reconcile(obj, Arc::clone(&ctx));
+        Box::pin(async move {
+            let result = reconciled.await;
+            if result.is_ok() {
+                ctx.backoff.succeeded(&key);
+            }
+            result
+        })
+    }
+}
+
+fn report_error<K: kube::Resource<DynamicType = ()>>(
     controller: &'static str,
 ) -> impl Fn(Arc<K>, &super::Error, Arc<Context>) -> kube::runtime::controller::Action {
     move |obj, error, ctx| {

@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -41,6 +40,11 @@ pub enum InstallError {
     #[error("{0}")]
     Api(String),
     #[error(
+        "the operator Deployment {deployment} cannot roll out: {reason}; {hint}",
+        hint = ROLLOUT_HINT
+    )]
+    RolloutStuck { deployment: String, reason: String },
+    #[error(
         "timed out after {seconds}s waiting for {what} (see `kubectl -n {namespace} get events`); raise --timeout or fix the cause and re-run install"
     )]
     Timeout {
@@ -50,6 +54,10 @@ pub enum InstallError {
     },
 }
 
+/// What to do about a stuck rollout: most often the image (the default one is built from this
+/// repository's Dockerfile and must be pushed where the cluster can pull it).
+const ROLLOUT_HINT: &str = "fix the cause and re-run install (an image the cluster cannot pull: build and push it as the README's Image section says, or pass --image)";
+
 /// A failed API call as one line naming what we were doing.
 pub fn api_error(action: &str, e: &kube::Error) -> InstallError {
     InstallError::Api(crate::cluster::describe(action, e))
@@ -58,9 +66,28 @@ pub fn api_error(action: &str, e: &kube::Error) -> InstallError {
 #[derive(Debug, Clone)]
 pub struct InstallOptions {
     pub force_conflicts: bool,
+    /// Wait for the rollout, then prune; without it nothing is pruned.
     pub wait: bool,
     pub timeout: Duration,
     pub poll: Duration,
+    /// Credentials to store in the ClickHouse admin Secret (`--clickhouse-admin-password-stdin`).
+    pub clickhouse_admin: Option<AdminCredentials>,
+}
+
+/// The ClickHouse admin account the provisioning Jobs log in as. The password is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminCredentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for AdminCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminCredentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 impl Default for InstallOptions {
@@ -70,6 +97,7 @@ impl Default for InstallOptions {
             wait: true,
             timeout: Duration::from_secs(300),
             poll: Duration::from_millis(500),
+            clickhouse_admin: None,
         }
     }
 }
@@ -136,10 +164,12 @@ pub async fn install(
             deployment = Some(applied);
         }
     }
-    prune(client, values, &objects, progress, &mut report).await?;
+    if let Some(admin) = &opts.clickhouse_admin {
+        apply_admin_secret(client, values, admin, progress).await?;
+    }
     if opts.wait {
         let applied = deployment.and_then(|d| typed(&d));
-        wait_rollout(
+        super::rollout::wait_rollout(
             client,
             &values.namespace,
             super::DEPLOYMENT,
@@ -148,6 +178,8 @@ pub async fn install(
             progress,
         )
         .await?;
+        // Only once the new version runs: a failed upgrade keeps everything the old one had.
+        prune(client, values, &objects, progress, &mut report).await?;
     }
     Ok(report)
 }
@@ -269,39 +301,7 @@ async fn wait_established(
     .await
 }
 
-/// Waits until the Deployment's new pods are all updated and available, saying how far along it is.
-/// `applied` is the Deployment as the apply answered: an unchanged one is already rolled out.
-pub async fn wait_rollout(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    applied: Option<Deployment>,
-    opts: &InstallOptions,
-    progress: &Progress,
-) -> Result<(), InstallError> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let what = format!("Deployment {ns}/{name} to roll out");
-    let mut known = applied;
-    poll(&what, opts, progress, ns, async || {
-        let d = match known.take() {
-            Some(d) => d,
-            None => api.get(name).await.map_err(|e| api_error(&format!("get Deployment {name}"), &e))?,
-        };
-        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        let generation = d.metadata.generation.unwrap_or(0);
-        let s = d.status.unwrap_or_default();
-        let updated = s.updated_replicas.unwrap_or(0);
-        let available = s.available_replicas.unwrap_or(0);
-        progress.step(&format!("waiting for Deployment {ns}/{name}: {updated}/{want} updated, {available}/{want} available"));
-        let observed = s.observed_generation.unwrap_or(0) >= generation;
-        Ok((observed && updated >= want && available >= want && s.replicas.unwrap_or(0) == want).then_some(()))
-    })
-    .await?;
-    progress.done(&format!("Deployment {ns}/{name} is available"));
-    Ok(())
-}
-
-async fn poll(
+pub(super) async fn poll(
     what: &str,
     opts: &InstallOptions,
     progress: &Progress,
@@ -335,9 +335,21 @@ pub const NAMESPACED_KINDS: &[(&str, &str, &str)] = &[
     ("", "v1", "ServiceAccount"),
 ];
 
-/// Deletes objects of ours that `objects` no longer contains. Namespaced kinds are looked for in the
-/// install namespace; of cluster-scoped kinds only CRDs are pruned, and only when no resource of that
-/// kind is left (deleting a CRD deletes every object of it). Namespaces are never pruned.
+/// True if our field manager server-side applied `obj`: the identity of what an install made. Labels
+/// alone are not one (anyone can copy them onto anything); `managedFields` is written by the
+/// apiserver, naming who applied.
+pub fn applied_by_install(obj: &DynamicObject) -> bool {
+    obj.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|f| f.manager.as_deref() == Some(MANAGER) && f.operation.as_deref() == Some("Apply"))
+}
+
+/// Deletes objects an install applied that `objects` no longer contains, in the install namespace.
+/// CRDs the bundle dropped are never deleted — deleting a CRD deletes every object of it, and one
+/// could be created between any check and the delete — only reported, with how many objects they
+/// hold. Namespaces are never pruned.
 async fn prune(
     client: &Client,
     values: &Values,
@@ -362,6 +374,7 @@ async fn prune(
             .items
             .into_iter()
             .filter(|o| !wanted.contains(&(kind.to_string(), o.name_any())))
+            .filter(applied_by_install)
         {
             let what = format!("{kind} {}/{}", values.namespace, obj.name_any());
             api.delete(&obj.name_any(), &DeleteParams::background())
@@ -382,23 +395,21 @@ async fn prune(
         .filter(|c| !wanted.contains(&("CustomResourceDefinition".to_owned(), c.name_any())))
     {
         let what = format!("CustomResourceDefinition {}", crd.name_any());
-        if crd_has_instances(client, &crd).await? {
-            progress.done(&format!(
-                "kept {what}: objects of it still exist (delete them first to remove it)"
-            ));
-            report.kept.push(what);
-            continue;
-        }
-        crds.delete(&crd.name_any(), &DeleteParams::background())
-            .await
-            .map_err(|e| api_error(&format!("prune {what}"), &e))?;
-        progress.done(&format!("pruned {what} (no longer in the bundle)"));
-        report.pruned.push(what);
+        let held = match crd_has_instances(client, &crd).await? {
+            true => "objects of it still exist",
+            false => "no object of it is left",
+        };
+        progress.done(&format!(
+            "kept {what}: no longer in the bundle and {held}; delete it yourself once nothing needs it \
+             (kubectl delete crd {} — that deletes every object of it)",
+            crd.name_any()
+        ));
+        report.kept.push(what);
     }
     Ok(())
 }
 
-async fn crd_has_instances(
+pub async fn crd_has_instances(
     client: &Client,
     crd: &CustomResourceDefinition,
 ) -> Result<bool, InstallError> {
@@ -421,4 +432,40 @@ async fn crd_has_instances(
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(api_error("list objects of a CRD", &e)),
     }
+}
+
+/// Server-side applies the ClickHouse admin Secret with `admin`'s credentials. It carries the
+/// recommended labels but not the bundle's, so no prune ever touches it, and `uninstall` leaves it.
+async fn apply_admin_secret(
+    client: &Client,
+    values: &Values,
+    admin: &AdminCredentials,
+    progress: &Progress,
+) -> Result<(), InstallError> {
+    let ns = &values.namespace;
+    let name = &values.clickhouse_admin_secret;
+    let what = format!("Secret {ns}/{name}");
+    progress.step(&format!("applying {what}"));
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": crate::labels::of_component("clickhouse-admin"),
+        },
+        "type": "Opaque",
+        "stringData": {"username": admin.username, "password": admin.password},
+    });
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    secrets
+        .patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .map_err(|e| api_error(&format!("apply {what}"), &e))?;
+    progress.done(&format!("applied {what} (ClickHouse admin credentials)"));
+    Ok(())
 }

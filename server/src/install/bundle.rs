@@ -156,6 +156,35 @@ impl Values {
     }
 }
 
+/// The ConfigMap alone, from the same template and values as in the bundle. The operator reads it
+/// through `envFrom`, once at start: the Deployment's pod template carries its checksum, so
+/// re-running `install` with other settings changes the template and rolls the pods.
+#[derive(Template)]
+#[template(path = "configmap.yaml", escape = "none")]
+struct SettingsTemplate<'a> {
+    namespace: &'a str,
+    image: &'a str,
+    clickhouse_url: &'a str,
+    clickhouse_admin_secret: &'a str,
+    read_only_dashboard: bool,
+    version: &'a str,
+}
+
+impl Values {
+    /// SHA-256 (hex) of the rendered ConfigMap: changes exactly when a setting does.
+    pub fn settings_checksum(&self) -> String {
+        let settings = SettingsTemplate {
+            namespace: &self.namespace,
+            image: &self.image,
+            clickhouse_url: &self.clickhouse_url,
+            clickhouse_admin_secret: &self.clickhouse_admin_secret,
+            read_only_dashboard: self.read_only_dashboard,
+            version: &self.version,
+        };
+        crate::provision::sha256_hex(&settings.render().expect("the ConfigMap renders"))
+    }
+}
+
 /// Askama filters used by the templates.
 mod filters {
     use askama::Values;

@@ -8,6 +8,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
@@ -52,8 +53,9 @@ impl fmt::Display for CheckLine {
     }
 }
 
-/// Before install: can we reach the cluster, is it new enough, may we create what install creates?
-pub async fn preflight(client: &Client, namespace: &str) -> Vec<CheckLine> {
+/// Before install: can we reach the cluster, is it new enough, may we create what install creates,
+/// and is the ClickHouse admin Secret `admin_secret` there for the provisioning Jobs?
+pub async fn preflight(client: &Client, namespace: &str, admin_secret: &str) -> Vec<CheckLine> {
     let mut out = Vec::new();
     match client.apiserver_version().await {
         Ok(info) => {
@@ -97,7 +99,61 @@ pub async fn preflight(client: &Client, namespace: &str) -> Vec<CheckLine> {
     for (verb, group, resource, ns) in reviews {
         out.push(access_line(client, verb, group, resource, ns).await);
     }
+    out.push(admin_secret_line(client, namespace, admin_secret).await);
     out
+}
+
+/// The keys the provisioning Jobs read from the ClickHouse admin Secret.
+pub const ADMIN_SECRET_KEYS: [&str; 2] = ["username", "password"];
+
+/// Whether the ClickHouse admin Secret exists with both keys, non-empty. Only key names are looked
+/// at and reported, never values.
+pub async fn admin_secret_line(client: &Client, namespace: &str, name: &str) -> CheckLine {
+    let what = format!("ClickHouse admin Secret {namespace}/{name}");
+    let create = format!(
+        "create it (kubectl -n {namespace} create secret generic {name} --from-literal=username=… \
+         --from-literal=password=…), or let install create it: --clickhouse-admin-password-stdin"
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match secrets.get_opt(name).await {
+        Ok(Some(secret)) => {
+            let missing = missing_admin_keys(&secret);
+            if missing.is_empty() {
+                CheckLine::pass(format!("{what} has the keys username and password"))
+            } else {
+                CheckLine::fail(
+                    format!("{what} lacks the keys {}", missing.join(", ")),
+                    format!("add them: kubectl -n {namespace} edit secret {name}"),
+                )
+            }
+        }
+        Ok(None) => CheckLine::fail(format!("{what} does not exist"), create),
+        Err(e) => CheckLine::fail(
+            crate::cluster::describe(&format!("get Secret {namespace}/{name}"), &e),
+            "the provisioning Jobs read this Secret; an account that may read it can check it",
+        ),
+    }
+}
+
+/// The admin keys `secret` lacks or holds empty, in [`ADMIN_SECRET_KEYS`] order.
+pub fn missing_admin_keys(secret: &Secret) -> Vec<&'static str> {
+    let has = |key: &str| {
+        let in_data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .is_some_and(|v| !v.0.is_empty());
+        let in_string_data = secret
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .is_some_and(|v| !v.is_empty());
+        in_data || in_string_data
+    };
+    ADMIN_SECRET_KEYS
+        .into_iter()
+        .filter(|key| !has(key))
+        .collect()
 }
 
 fn version_line(major: &str, minor: &str, git: &str) -> CheckLine {

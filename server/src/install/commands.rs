@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
+use super::apply::AdminCredentials;
 use super::check::{self, all_passed};
 use super::{InstallOptions, Progress, UninstallOptions, Values, dashboard, install, uninstall};
 
@@ -31,6 +32,17 @@ pub struct InstallArgs {
     /// Jobs read it.
     #[arg(long, default_value = "clickhouse-admin")]
     pub clickhouse_admin_secret: String,
+    /// Read the ClickHouse admin password from standard input (one line) and create or update the
+    /// admin Secret with it and --clickhouse-admin-user; without it, the Secret must already exist.
+    #[arg(long)]
+    pub clickhouse_admin_password_stdin: bool,
+    /// The ClickHouse admin account's name, stored with --clickhouse-admin-password-stdin.
+    #[arg(
+        long,
+        default_value = "sentry_admin",
+        requires = "clickhouse_admin_password_stdin"
+    )]
+    pub clickhouse_admin_user: String,
     /// Serve the dashboard without any mutating route, and drop the RBAC those routes would need.
     #[arg(long)]
     pub read_only_dashboard: bool,
@@ -80,15 +92,33 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
     let values = args.values()?;
     if args.dry_run || args.output.is_some() {
+        if args.clickhouse_admin_password_stdin {
+            anyhow::bail!(
+                "--clickhouse-admin-password-stdin cannot be used with --dry-run: a printed bundle must not carry a password; create the Secret with your secrets tooling"
+            );
+        }
         print!("{}", values.render_yaml());
         return Ok(());
     }
+    let clickhouse_admin = match args.clickhouse_admin_password_stdin {
+        true => Some(admin_from_stdin(&args.clickhouse_admin_user)?),
+        false => None,
+    };
     let client = crate::cluster::connect().await?;
+    if clickhouse_admin.is_none() {
+        let line =
+            check::admin_secret_line(&client, &values.namespace, &values.clickhouse_admin_secret)
+                .await;
+        if let Some(hint) = &line.hint {
+            anyhow::bail!("{}: {hint}", line.what);
+        }
+    }
     let progress = Progress::for_stderr();
     let opts = InstallOptions {
         force_conflicts: args.force_conflicts,
         wait: args.wait,
         timeout: args.timeout,
+        clickhouse_admin,
         ..InstallOptions::default()
     };
     let report = install(&client, &values, &opts, &progress).await;
@@ -106,7 +136,9 @@ pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
         }
     );
     if !args.wait {
-        eprintln!("Not waiting for the rollout; follow it with: sentry-tenants check -n {ns}");
+        eprintln!(
+            "Not waiting for the rollout, so nothing was pruned (that happens only after a rollout succeeded); follow it with: sentry-tenants check -n {ns}"
+        );
     }
     eprintln!("Open the dashboard:  sentry-tenants dashboard -n {ns}");
     eprintln!(
@@ -155,6 +187,28 @@ pub async fn run_uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The admin password as one line of standard input (a pipe or a prompt without echo is the
+/// caller's business), never echoed back.
+fn admin_from_stdin(username: &str) -> anyhow::Result<AdminCredentials> {
+    if username.is_empty() || username.chars().any(char::is_control) {
+        anyhow::bail!(
+            "--clickhouse-admin-user must be a non-empty name without control characters"
+        );
+    }
+    let mut password = String::new();
+    std::io::stdin().lock().read_line(&mut password)?;
+    let password = password.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        anyhow::bail!(
+            "--clickhouse-admin-password-stdin read no password from standard input (pipe it in: printf '%s' \"$PASSWORD\" | sentry-tenants install …)"
+        );
+    }
+    Ok(AdminCredentials {
+        username: username.to_owned(),
+        password: password.to_owned(),
+    })
+}
+
 fn confirm(what: &str) -> anyhow::Result<()> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
@@ -174,9 +228,13 @@ fn confirm(what: &str) -> anyhow::Result<()> {
 pub struct CheckArgs {
     #[arg(long, short = 'n', default_value = "sentry-tenants")]
     pub namespace: String,
-    /// Before installing: cluster reachable, version supported, permissions to install.
+    /// Before installing: cluster reachable, version supported, permissions to install, the
+    /// ClickHouse admin Secret in place.
     #[arg(long)]
     pub pre: bool,
+    /// The ClickHouse admin Secret `--pre` looks for (as given to install).
+    #[arg(long, default_value = "clickhouse-admin")]
+    pub clickhouse_admin_secret: String,
     /// Print the checks as JSON or YAML (`ok`, and each check's `ok`, `what`, `hint`); the exit code is the same.
     #[arg(long, short = 'o', value_enum)]
     pub output: Option<Format>,
@@ -199,7 +257,7 @@ fn print_as(format: Format, value: &impl serde::Serialize) -> anyhow::Result<()>
 pub async fn run_check(args: CheckArgs) -> anyhow::Result<bool> {
     let client = crate::cluster::connect().await?;
     let lines = if args.pre {
-        check::preflight(&client, &args.namespace).await
+        check::preflight(&client, &args.namespace, &args.clickhouse_admin_secret).await
     } else {
         check::post_install(
             &client,

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod dashboard;
 pub mod progress;
 pub mod pss;
+pub mod rollout;
 pub mod uninstall;
 
 pub use apply::{InstallError, InstallOptions, InstallReport, install};

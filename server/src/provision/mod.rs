@@ -343,8 +343,8 @@ impl<C: ClickHouse> Provisioner<C> {
     }
 }
 
-pub fn sha256_hex(password: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, password.as_bytes())
+pub fn sha256_hex(text: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
         .as_ref()
         .iter()
         .map(|b| format!("{b:02x}"))

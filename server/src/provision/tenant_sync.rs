@@ -91,13 +91,7 @@ impl TenantSync {
             metadata: ObjectMeta {
                 name: Some(secret_name.clone()),
                 namespace: Some(self.namespace.clone()),
-                labels: Some(BTreeMap::from([
-                    (
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        "sentry-tenants".to_owned(),
-                    ),
-                    ("sentry.io/tenant".to_owned(), name.to_string()),
-                ])),
+                labels: Some(crate::labels::for_tenant("credentials", name.as_str())),
                 owner_references: tenant.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
             },

@@ -1,13 +1,14 @@
 //! `install`, `check --pre`, re-install, upgrade and field conflicts against the real apiserver.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use sentry_tenants::install::apply::AdminCredentials;
 use sentry_tenants::install::apply::{
-    BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, api_for,
+    BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, OPERATOR_POD_SELECTOR, api_for,
 };
 use sentry_tenants::install::check::{Installed, all_passed, installed, post_install, preflight};
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, install};
@@ -42,16 +43,46 @@ async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     let ns_api: Api<Namespace> = Api::all(s.admin.clone());
     let target = format!("{}-own", s.ns);
     let values = sentry_tenants_tests::install_values(&target);
-    let pre = preflight(&s.admin, &target).await;
-    assert!(all_passed(&pre), "{pre:#?}");
+    // Everything passes but the admin Secret: the namespace is not there yet.
+    let pre = preflight(&s.admin, &target, "clickhouse-admin").await;
+    let failed: Vec<&str> = pre
+        .iter()
+        .filter(|l| !l.ok)
+        .map(|l| l.what.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [format!(
+            "ClickHouse admin Secret {target}/clickhouse-admin does not exist"
+        )],
+        "{pre:#?}"
+    );
     // Waits for the rollout: the Deployment's pod run by the stand-in kubelet, Ready by its probe.
+    // The admin Secret is made by install, as --clickhouse-admin-password-stdin does.
     let wait = InstallOptions {
         timeout: sentry_tenants_tests::PATIENCE,
+        clickhouse_admin: Some(AdminCredentials {
+            username: "sentry_admin".into(),
+            password: "from stdin".into(),
+        }),
         ..InstallOptions::default()
     };
     install(&s.admin, &values, &wait, &Progress::Quiet)
         .await
         .unwrap();
+    let pre = preflight(&s.admin, &target, "clickhouse-admin").await;
+    assert!(all_passed(&pre), "{pre:#?}");
+    let admin_secret = Api::<Secret>::namespaced(s.admin.clone(), &target)
+        .get("clickhouse-admin")
+        .await
+        .unwrap();
+    assert!(
+        !admin_secret.labels().contains_key("sentry.io/bundle"),
+        "no prune may ever find the admin Secret"
+    );
+    let data = admin_secret.data.unwrap_or_default();
+    assert_eq!(data["username"].0, b"sentry_admin");
+    assert_eq!(data["password"].0, b"from stdin");
     let checks = wait_until("every post-install check to pass", async || {
         let lines = post_install(
             &s.admin,
@@ -115,8 +146,39 @@ async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     }
 }
 
+fn rolled_out() -> InstallOptions {
+    InstallOptions {
+        timeout: sentry_tenants_tests::PATIENCE,
+        ..InstallOptions::default()
+    }
+}
+
+/// A ConfigMap carrying the bundle's labels, as `manager` server-side applied it.
+async fn labelled_config_map(s: &crate::Setup, name: &str, manager: &str) {
+    let configmaps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), &s.ns);
+    let labels = BTreeMap::from([
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "sentry-tenants".to_owned(),
+        ),
+        ("sentry.io/bundle".to_owned(), "install".to_owned()),
+    ]);
+    let object = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    configmaps
+        .patch(name, &PatchParams::apply(manager), &Patch::Apply(&object))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropped() {
+async fn re_running_install_changes_nothing_and_an_upgrade_prunes_only_what_install_applied() {
     let s = setup("reinstall").await;
     s.install_idle().await;
     let before = versions(&s).await;
@@ -127,28 +189,11 @@ async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropp
         "a second install wrote something"
     );
 
-    // What an older bundle shipped and this one does not: labelled as ours, so it goes.
-    let configmaps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), &s.ns);
-    let labels = BTreeMap::from([
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            "sentry-tenants".to_owned(),
-        ),
-        ("sentry.io/bundle".to_owned(), "install".to_owned()),
-    ]);
-    let dropped = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some("sentry-tenants-dropped".into()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    };
-    configmaps
-        .create(&PostParams::default(), &dropped)
-        .await
-        .unwrap();
-    let report = install(&s.admin, &s.idle_values(), &no_wait(), &Progress::Quiet)
+    // What an older bundle applied and this one does not ship, and an object someone else made with
+    // the same labels: only the first is the install's.
+    labelled_config_map(&s, "sentry-tenants-dropped", "sentry-tenants").await;
+    labelled_config_map(&s, "copied-labels", "someone-else").await;
+    let report = install(&s.admin, &s.values(), &rolled_out(), &Progress::Quiet)
         .await
         .unwrap();
     assert_eq!(
@@ -156,7 +201,89 @@ async fn re_running_install_changes_nothing_and_an_upgrade_prunes_what_was_dropp
         [format!("ConfigMap {}/sentry-tenants-dropped", s.ns)],
         "{report:#?}"
     );
+    let configmaps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_gone(&configmaps, "sentry-tenants-dropped").await;
+    assert!(configmaps.get_opt("copied-labels").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_cannot_be_pulled_ends_the_install_with_the_pull_error_and_prunes_nothing() {
+    let s = setup("pull-error").await;
+    s.install_idle().await;
+    labelled_config_map(&s, "sentry-tenants-dropped", "sentry-tenants").await;
+    // The whole patience to wait: the install must end on the pod's reason, not on the clock.
+    let started = std::time::Instant::now();
+    let err = install(&s.admin, &s.idle_values(), &rolled_out(), &Progress::Quiet)
+        .await
+        .expect_err("the rollout cannot finish");
+    let elapsed = started.elapsed();
+    let InstallError::RolloutStuck { deployment, reason } = &err else {
+        panic!("not a stuck rollout: {err}");
+    };
+    assert_eq!(deployment, &format!("{}/sentry-tenants", s.ns));
+    assert!(reason.starts_with("pod sentry-tenants-"), "{reason}");
+    assert!(
+        reason.contains(", container operator: ErrImagePull: the stand-in kubelet cannot pull \"registry.invalid/sentry-tenants:idle\""),
+        "{reason}"
+    );
+    assert!(
+        err.to_string().ends_with("or pass --image)"),
+        "the hint says what to do: {err}"
+    );
+    eprintln!("install ended with the pull error after {elapsed:?}");
+    let configmaps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), &s.ns);
+    assert!(
+        configmaps
+            .get_opt("sentry-tenants-dropped")
+            .await
+            .unwrap()
+            .is_some(),
+        "a failed rollout prunes nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_change_rolls_the_operator_pods() {
+    let s = setup("settings-roll").await;
+    install(&s.admin, &s.values(), &rolled_out(), &Progress::Quiet)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let operator_pods = async || -> BTreeSet<String> {
+        pods.list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| p.name_any())
+            .collect()
+    };
+    let first = operator_pods().await;
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    // Only a setting changes (the ConfigMap the pods read through envFrom), not the pod template's
+    // own fields: the checksum annotation is what rolls them.
+    let changed = sentry_tenants::install::Values {
+        clickhouse_url: "http://clickhouse.elsewhere:8123".into(),
+        ..s.values()
+    }
+    .validate()
+    .unwrap();
+    assert_ne!(changed.settings_checksum(), s.values().settings_checksum());
+    install(&s.admin, &changed, &rolled_out(), &Progress::Quiet)
+        .await
+        .unwrap();
+    let second = wait_until("the old operator pod to be gone", async || {
+        let now = operator_pods().await;
+        (now.len() == 1 && now.is_disjoint(&first)).then_some(now)
+    })
+    .await;
+    let pod = pods.get(second.first().unwrap()).await.unwrap();
+    assert_eq!(
+        pod.annotations().get("sentry.io/settings-checksum"),
+        Some(&changed.settings_checksum())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,7 +341,9 @@ async fn a_field_another_manager_took_stops_install_until_force_conflicts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_pre_passes_for_an_admin_and_names_what_a_plain_user_may_not_do() {
     let s = setup("preflight").await;
-    let pre = preflight(&s.admin, &s.ns).await;
+    s.create_admin_secret(("ch-admin", "ch-admin-password"))
+        .await;
+    let pre = preflight(&s.admin, &s.ns, "clickhouse-admin").await;
     assert!(all_passed(&pre), "{pre:#?}");
     assert!(pre[1].what.starts_with("Kubernetes v1.36"), "{pre:#?}");
 
@@ -234,7 +363,7 @@ async fn check_pre_passes_for_an_admin_and_names_what_a_plain_user_may_not_do() 
         .unwrap();
     let (client, _) = s.as_account("nobody").await;
     let other = fresh_namespace(&s.admin, "preflight-target").await;
-    let pre = preflight(&client, &other).await;
+    let pre = preflight(&client, &other, "clickhouse-admin").await;
     let crd = pre
         .iter()
         .find(|l| l.what.starts_with("may create customresourcedefinitions"))

@@ -14,6 +14,7 @@ mod install;
 mod leader;
 mod operator;
 mod provision;
+mod rbac;
 mod replicas;
 mod restart_drill;
 mod suspend;

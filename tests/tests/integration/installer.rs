@@ -6,7 +6,8 @@ use std::time::Duration;
 use http::Method;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams,
 };
 use sentry_tenants::install::apply::NAMESPACED_KINDS;
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, Values, install};
@@ -146,13 +147,24 @@ async fn an_upgrade_prunes_what_the_new_bundle_dropped_and_nothing_else() {
         },
         ..ConfigMap::default()
     };
-    // What an older version shipped and this one no longer does.
-    let mut old = labelled(&[
+    // What an older version applied and this one no longer ships, and a copy of its labels on an
+    // object someone else made: only the first carries the install's identity (its managedFields).
+    let bundle_labels = [
         ("app.kubernetes.io/managed-by", "sentry-tenants"),
         ("sentry.io/bundle", "install"),
-    ]);
+    ];
+    let mut old = labelled(&bundle_labels);
     old.metadata.name = Some("sentry-tenants-legacy".into());
-    cms.create(&PostParams::default(), &old).await.unwrap();
+    cms.patch(
+        "sentry-tenants-legacy",
+        &PatchParams::apply("sentry-tenants"),
+        &Patch::Apply(&old),
+    )
+    .await
+    .unwrap();
+    let mut copied = labelled(&bundle_labels);
+    copied.metadata.name = Some("copied-labels".into());
+    cms.create(&PostParams::default(), &copied).await.unwrap();
     // Ours, but not from the bundle (like a tenant's Secret), and someone else's.
     let mut runtime = labelled(&[("app.kubernetes.io/managed-by", "sentry-tenants")]);
     runtime.metadata.name = Some("made-at-runtime".into());
@@ -161,13 +173,17 @@ async fn an_upgrade_prunes_what_the_new_bundle_dropped_and_nothing_else() {
     foreign.metadata.name = Some("someone-elses".into());
     cms.create(&PostParams::default(), &foreign).await.unwrap();
 
+    // Without waiting for the rollout nothing is pruned; after a successful one, only the legacy map.
     let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
         .await
         .unwrap();
+    assert!(report.pruned.is_empty(), "{report:?}");
+    let report = installed_and_rolled_out(&c).await;
     assert_eq!(
         report.pruned,
         ["ConfigMap sentry-tenants/sentry-tenants-legacy"]
     );
+    assert!(cms.get_opt("copied-labels").await.unwrap().is_some());
     assert!(
         cms.get_opt("sentry-tenants-legacy")
             .await
@@ -256,14 +272,15 @@ async fn forbidden_and_timeouts_are_one_clear_line() {
 }
 
 #[tokio::test]
-async fn a_dropped_crd_is_pruned_only_when_nothing_of_it_is_left() {
+async fn a_dropped_crd_is_never_deleted_only_reported() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
     let c = Cluster::new().await;
     install(&c.client, &values(), &no_wait(), &Progress::Quiet)
         .await
         .unwrap();
-    // Pretend an older version shipped the Tenant CRD under another name: relabel a copy of it.
+    // Pretend an older version shipped the RunJob CRD under another name: apply a renamed copy as
+    // install would have.
     let crds: Api<CustomResourceDefinition> = Api::all(c.admin.clone());
     let mut legacy = sentry_tenants::crd::RunJob::crd();
     legacy.metadata.name = Some("legacyruns.sentry.io".into());
@@ -278,40 +295,38 @@ async fn a_dropped_crd_is_pruned_only_when_nothing_of_it_is_left() {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect(),
     );
-    crds.create(&PostParams::default(), &legacy).await.unwrap();
-    let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
-        .await
-        .unwrap();
+    crds.patch(
+        "legacyruns.sentry.io",
+        &PatchParams::apply("sentry-tenants"),
+        &Patch::Apply(&legacy),
+    )
+    .await
+    .unwrap();
+    // Deleting a CRD deletes every object of it, and one could be created between any check and the
+    // delete: install keeps it, whether or not objects of it exist, and says so.
+    let report = installed_and_rolled_out(&c).await;
+    assert!(report.pruned.is_empty(), "{report:?}");
     assert_eq!(
-        report.pruned,
-        ["CustomResourceDefinition legacyruns.sentry.io"],
-        "{report:?}"
+        report.kept,
+        ["CustomResourceDefinition legacyruns.sentry.io"]
     );
     assert!(
         crds.get_opt("legacyruns.sentry.io")
             .await
             .unwrap()
-            .is_none()
+            .is_some()
     );
-    assert!(crds.get_opt("tenants.sentry.io").await.unwrap().is_some());
+}
 
-    // A dropped CRD whose objects still exist is kept, and said so: deleting it would delete them.
-    // (Its spec points at the RunJob resource, so the RunJob below counts as one of its objects.)
-    let mut in_use = sentry_tenants::crd::RunJob::crd();
-    in_use.metadata.name = Some("oldruns.sentry.io".into());
-    in_use.metadata.labels = legacy.metadata.labels.clone();
-    crds.create(&PostParams::default(), &in_use).await.unwrap();
-    c.create_tenant("acme").await;
-    c.create_run(
-        "acme",
-        sentry_tenants::crd::RunAction::Provision,
-        "acme-provision-1",
-    )
-    .await;
-    let report = install(&c.client, &values(), &no_wait(), &Progress::Quiet)
-        .await
-        .unwrap();
-    assert!(report.pruned.is_empty(), "{report:?}");
-    assert_eq!(report.kept, ["CustomResourceDefinition oldruns.sentry.io"]);
-    assert!(crds.get_opt("oldruns.sentry.io").await.unwrap().is_some());
+/// `install` with `--wait`, the in-memory API's Deployment controller played until it ends.
+async fn installed_and_rolled_out(c: &Cluster) -> sentry_tenants::install::InstallReport {
+    let opts = InstallOptions {
+        wait: true,
+        ..no_wait()
+    };
+    let v = values();
+    tokio::select! {
+        report = install(&c.client, &v, &opts, &Progress::Quiet) => report.unwrap(),
+        () = c.play_deployment_controller() => unreachable!("plays the controller until the install ends"),
+    }
 }

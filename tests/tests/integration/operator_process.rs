@@ -94,6 +94,10 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
         text.contains("sentry_tenants_reconcile_duration_seconds_count{controller=\"tenant\"} 1"),
         "{text}"
     );
+    assert!(
+        text.contains("sentry_tenants_build_info{version=\"0.1.0\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

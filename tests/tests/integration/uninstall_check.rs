@@ -5,9 +5,10 @@ use std::time::Duration;
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction};
 use sentry_tenants::install::check::{all_passed, post_install, preflight};
 use sentry_tenants::install::{
@@ -151,9 +152,63 @@ fn answer_version_and_reviews(c: &Cluster, minor: &'static str, denied: &'static
 async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_cluster() {
     let c = Cluster::new().await;
     answer_version_and_reviews(&c, "31", "");
-    let lines = preflight(&c.client, NS).await;
+    let secrets: Api<Secret> = Api::namespaced(c.admin.clone(), NS);
+    let admin_secret = |data: serde_json::Value| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": "clickhouse-admin", "namespace": NS},
+            "data": data,
+        }))
+        .unwrap()
+    };
+    // "username" without "password" (base64 of "sentry_admin").
+    secrets
+        .create(
+            &PostParams::default(),
+            &admin_secret(json!({"username": "c2VudHJ5X2FkbWlu"})),
+        )
+        .await
+        .unwrap();
+    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
+    let failed: Vec<String> = lines
+        .iter()
+        .filter(|l| !l.ok)
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        failed,
+        [format!(
+            "✗ ClickHouse admin Secret {NS}/clickhouse-admin lacks the keys password\n    hint: add them: kubectl -n {NS} edit secret clickhouse-admin"
+        )]
+    );
+    let lines = preflight(&c.client, NS, "no-such-secret").await;
+    let missing = lines.iter().find(|l| !l.ok).unwrap();
+    assert_eq!(
+        missing.what,
+        format!("ClickHouse admin Secret {NS}/no-such-secret does not exist")
+    );
+    assert!(
+        missing
+            .hint
+            .as_deref()
+            .unwrap()
+            .ends_with("or let install create it: --clickhouse-admin-password-stdin"),
+        "{missing}"
+    );
+    secrets
+        .replace(
+            "clickhouse-admin",
+            &PostParams::default(),
+            &admin_secret(json!({"username": "c2VudHJ5X2FkbWlu", "password": "cw=="})),
+        )
+        .await
+        .unwrap();
+    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
     assert!(all_passed(&lines), "{lines:#?}");
-    assert_eq!(lines.len(), 8, "reachable, version, six access reviews");
+    assert_eq!(
+        lines.len(),
+        9,
+        "reachable, version, six access reviews, the admin Secret"
+    );
     assert!(
         lines[0]
             .to_string()
@@ -161,7 +216,7 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
     );
 
     answer_version_and_reviews(&c, "31", "customresourcedefinitions");
-    let lines = preflight(&c.client, NS).await;
+    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
     assert!(!all_passed(&lines));
     let failed: Vec<String> = lines
         .iter()
@@ -179,7 +234,7 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
 
     answer_version_and_reviews(&c, "28", "");
     assert!(
-        preflight(&c.client, NS)
+        preflight(&c.client, NS, "clickhouse-admin")
             .await
             .iter()
             .any(|l| !l.ok && l.what.contains("older than 1.30"))
@@ -197,7 +252,7 @@ async fn preflight_on_an_unreachable_cluster_says_so_once() {
             )
         })
     });
-    let lines = preflight(&c.client, NS).await;
+    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
     assert_eq!(lines.len(), 1);
     assert!(!lines[0].ok && lines[0].hint.as_deref().unwrap().contains("kubeconfig"));
 }

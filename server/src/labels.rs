@@ -1,0 +1,63 @@
+//! The labels on everything the operator and the provisioner create at run time (RunJobs, Jobs and
+//! their pods, credentials Secrets, the leader Lease): Kubernetes' recommended `app.kubernetes.io/*`
+//! set, so `kubectl get all -l app.kubernetes.io/part-of=sentry-tenants` and dashboards that group by
+//! them find every piece. The install bundle's objects carry the same set from `manifests/labels.yaml`.
+
+use std::collections::BTreeMap;
+
+pub const NAME: &str = "app.kubernetes.io/name";
+pub const INSTANCE: &str = "app.kubernetes.io/instance";
+pub const VERSION: &str = "app.kubernetes.io/version";
+pub const COMPONENT: &str = "app.kubernetes.io/component";
+pub const PART_OF: &str = "app.kubernetes.io/part-of";
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The tenant an object belongs to (a label selector finds all of one tenant's objects).
+pub const TENANT: &str = "sentry.io/tenant";
+
+/// The recommended labels for a `component` of one tenant's (`instance`), plus `sentry.io/tenant`.
+pub fn for_tenant(component: &str, tenant: &str) -> BTreeMap<String, String> {
+    let mut labels = of_component(component);
+    labels.insert(INSTANCE.to_owned(), tenant.to_owned());
+    labels.insert(TENANT.to_owned(), tenant.to_owned());
+    labels
+}
+
+/// The recommended labels for a `component` that belongs to no single tenant.
+pub fn of_component(component: &str) -> BTreeMap<String, String> {
+    [
+        (NAME, "sentry-tenants"),
+        (VERSION, env!("CARGO_PKG_VERSION")),
+        (COMPONENT, component),
+        (PART_OF, "sentry-tenants"),
+        (MANAGED_BY, "sentry-tenants"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenants_object_carries_the_recommended_set_and_its_tenant() {
+        let labels = for_tenant("credentials", "acme");
+        let pairs: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("app.kubernetes.io/component", "credentials"),
+                ("app.kubernetes.io/instance", "acme"),
+                ("app.kubernetes.io/managed-by", "sentry-tenants"),
+                ("app.kubernetes.io/name", "sentry-tenants"),
+                ("app.kubernetes.io/part-of", "sentry-tenants"),
+                ("app.kubernetes.io/version", env!("CARGO_PKG_VERSION")),
+                ("sentry.io/tenant", "acme"),
+            ]
+        );
+    }
+}
