@@ -25,11 +25,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub config: OperatorConfig,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
-    #[arg(
-        long,
-        env = "SENTRY_TENANTS_PROBE_ADDR",
-        default_value = "0.0.0.0:8081"
-    )]
+    #[arg(long, env = "SENTRY_TENANTS_PROBE_ADDR", default_value = "[::]:8081")]
     pub probe_addr: SocketAddr,
     /// Identity in the leader Lease (the pod name in a Deployment).
     #[arg(long, env = "POD_NAME")]
@@ -78,8 +74,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let election = tokio::spawn(election.run(leader_tx, shutdown_rx.clone()));
     tokio::spawn(track_leadership(leader_rx, Arc::clone(&metrics)));
 
-    let listener = tokio::net::TcpListener::bind(args.probe_addr)
-        .await
+    let listener = listen_dual_stack(args.probe_addr)
         .with_context(|| format!("cannot listen on {}", args.probe_addr))?;
     let probes = probe_router(ProbeState {
         stores: stores.clone(),
@@ -132,6 +127,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = dashboard_server.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Listens on `addr`. The IPv6 any-address (`[::]`, the probe default) takes IPv4 too, whatever the
+/// node's `net.ipv6.bindv6only`: the kubelet probes the pod's IP, which is IPv4, IPv6 or either in a
+/// dual-stack cluster. A kernel without IPv6 gets the IPv4 any-address on the same port instead.
+pub fn listen_dual_stack(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let any_v6 = matches!(addr, SocketAddr::V6(a) if a.ip().is_unspecified());
+    let socket = match Socket::new(Domain::for_address(addr), Type::STREAM, None) {
+        Ok(socket) => socket,
+        Err(e) if any_v6 && e.raw_os_error() == Some(libc_eafnosupport()) => {
+            tracing::warn!(%addr, "IPv6 is not available: listening on IPv4 only");
+            let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+            return listen_dual_stack(v4);
+        }
+        Err(e) => return Err(e),
+    };
+    if any_v6 {
+        socket.set_only_v6(false)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    tokio::net::TcpListener::from_std(socket.into())
+}
+
+/// `EAFNOSUPPORT` on Linux: the address family (here IPv6) is not supported by the kernel.
+const fn libc_eafnosupport() -> i32 {
+    97
 }
 
 /// A missing CRD shows up as a 404 on the resource itself; listing one tenant needs no permission beyond
@@ -227,4 +252,43 @@ async fn shutdown_signal() {
 fn default_identity() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sentry-tenants".into());
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each connection the listener accepts, by the family of the address it came from.
+    async fn accepted_from(
+        listener: &tokio::net::TcpListener,
+        connect_to: SocketAddr,
+    ) -> std::net::IpAddr {
+        let (client, accepted) = tokio::join!(
+            tokio::net::TcpStream::connect(connect_to),
+            listener.accept()
+        );
+        client.expect("connects");
+        accepted.expect("accepts").1.ip()
+    }
+
+    #[tokio::test]
+    async fn the_ipv6_any_address_accepts_ipv4_and_ipv6_clients() {
+        let listener = listen_dual_stack("[::]:0".parse().unwrap()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let v4 = accepted_from(&listener, SocketAddr::from(([127, 0, 0, 1], port))).await;
+        assert_eq!(v4.to_string(), "::ffff:127.0.0.1", "an IPv4 client, mapped");
+        let v6 = accepted_from(&listener, format!("[::1]:{port}").parse().unwrap()).await;
+        assert_eq!(v6.to_string(), "::1");
+    }
+
+    #[tokio::test]
+    async fn an_ipv4_address_is_listened_on_as_given() {
+        let listener = listen_dual_stack("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(addr.is_ipv4());
+        assert_eq!(
+            accepted_from(&listener, addr).await.to_string(),
+            "127.0.0.1"
+        );
+    }
 }

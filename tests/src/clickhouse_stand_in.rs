@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
 use crate::clickhouse_model::Model;
@@ -126,25 +128,9 @@ fn basic(headers: &HeaderMap) -> Option<(String, String)> {
         .to_str()
         .ok()?
         .strip_prefix("Basic ")?;
-    let decoded = decode_base64(value)?;
+    let decoded = String::from_utf8(STANDARD.decode(value).ok()?).ok()?;
     let (u, p) = decoded.split_once(':')?;
     Some((u.to_owned(), p.to_owned()))
-}
-
-fn decode_base64(s: &str) -> Option<String> {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut bits = 0u32;
-    let mut n = 0;
-    let mut out = Vec::new();
-    for c in s.trim_end_matches('=').bytes() {
-        bits = (bits << 6) | ALPHABET.iter().position(|a| *a == c)? as u32;
-        n += 6;
-        if n >= 8 {
-            n -= 8;
-            out.push((bits >> n) as u8);
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 async fn handle(

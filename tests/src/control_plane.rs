@@ -255,7 +255,7 @@ pub async fn service_account_kubeconfig(
         .await
         .unwrap_or_else(|e| panic!("token for {namespace}/{account}: {e}"));
     let token = answer.status.expect("a token").token;
-    let admin_config: Value = serde_yaml::from_str(
+    let admin_config: Value = serde_norway::from_str(
         &std::fs::read_to_string(&plane.kubeconfig).expect("read the admin kubeconfig"),
     )
     .expect("a YAML kubeconfig");
@@ -363,7 +363,7 @@ impl FreezingRelay {
     /// A copy of `kubeconfig` whose server is this relay.
     pub fn kubeconfig_through(&self, kubeconfig: &Path) -> PathBuf {
         let mut config: Value =
-            serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).expect("read kubeconfig"))
+            serde_norway::from_str(&std::fs::read_to_string(kubeconfig).expect("read kubeconfig"))
                 .expect("a YAML kubeconfig");
         config["clusters"][0]["cluster"]["server"] =
             Value::String(format!("https://127.0.0.1:{}", self.addr.port()));
@@ -405,7 +405,7 @@ async fn pipe(
 impl ControlPlane {
     /// The apiserver's address, from the kubeconfig.
     pub fn apiserver_addr(&self) -> std::net::SocketAddr {
-        let config: Value = serde_yaml::from_str(
+        let config: Value = serde_norway::from_str(
             &std::fs::read_to_string(&self.kubeconfig).expect("read kubeconfig"),
         )
         .expect("a YAML kubeconfig");

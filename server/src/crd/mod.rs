@@ -55,7 +55,7 @@ fn with_optional_spec(mut crd: CustomResourceDefinition) -> CustomResourceDefini
 pub fn crds_yaml() -> String {
     crds()
         .iter()
-        .map(|crd| serde_yaml::to_string(crd).expect("a CRD always serialises"))
+        .map(|crd| serde_norway::to_string(crd).expect("a CRD always serialises"))
         .collect::<Vec<_>>()
         .join("---\n")
 }

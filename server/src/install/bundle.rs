@@ -136,7 +136,7 @@ impl Values {
         let mut out = String::new();
         for mut crd in crate::crd::crds() {
             crd.metadata.labels = Some(labels.clone());
-            out.push_str(&serde_yaml::to_string(&crd).expect("a CRD always serialises"));
+            out.push_str(&serde_norway::to_string(&crd).expect("a CRD always serialises"));
             out.push_str("---\n");
         }
         let rest = self
@@ -225,7 +225,7 @@ pub enum BundleError {
 /// Splits a YAML stream into JSON values, skipping empty documents.
 pub fn parse_documents(yaml: &str) -> Result<Vec<Value>, BundleError> {
     let mut out = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
+    for (index, doc) in serde_norway::Deserializer::from_str(yaml).enumerate() {
         let value: Value = serde::Deserialize::deserialize(doc).map_err(|e| BundleError::Yaml {
             index,
             error: e.to_string(),
@@ -356,7 +356,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_misspelt_field_is_caught_by_the_round_trip() {
-        let doc: Value = serde_yaml::from_str(
+        let doc: Value = serde_norway::from_str(
             "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {selectr: {a: b}}\n",
         )
         .unwrap();

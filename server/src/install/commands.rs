@@ -249,7 +249,7 @@ struct CheckReport<'a> {
 fn print_as(format: Format, value: &impl serde::Serialize) -> anyhow::Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        Format::Yaml => print!("{}", serde_yaml::to_string(value)?),
+        Format::Yaml => print!("{}", serde_norway::to_string(value)?),
     }
     Ok(())
 }

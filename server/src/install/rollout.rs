@@ -101,6 +101,13 @@ async fn why_stuck(
     ns: &str,
     d: &Deployment,
 ) -> Result<Option<String>, InstallError> {
+    // Until the controller observed this generation, its conditions and revision annotation still
+    // describe the previous template: the old pods' troubles are not this rollout's.
+    let generation = d.metadata.generation.unwrap_or(0);
+    let observed = d.status.as_ref().and_then(|s| s.observed_generation);
+    if observed.unwrap_or(0) < generation {
+        return Ok(None);
+    }
     if let Some(reason) = deployment_failure(d) {
         return Ok(Some(reason));
     }

@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
@@ -111,7 +113,7 @@ impl HttpClickHouse {
                     .header("X-ClickHouse-Key", password);
             }
             Auth::Basic => {
-                let token = base64(format!("{user}:{password}").as_bytes());
+                let token = STANDARD.encode(format!("{user}:{password}"));
                 builder = builder.header(header::AUTHORIZATION, format!("Basic {token}"));
             }
             Auth::Query => {
@@ -194,27 +196,6 @@ fn root_cause(error: &dyn std::error::Error) -> String {
     root.to_string()
 }
 
-fn base64(input: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,12 +217,5 @@ mod tests {
             ),
             "Code: 193, DB::Exception: Wrong password for user admin"
         );
-    }
-
-    #[test]
-    fn basic_auth_encoding() {
-        assert_eq!(base64(b"admin:s3cret"), "YWRtaW46czNjcmV0");
-        assert_eq!(base64(b"a"), "YQ==");
-        assert_eq!(base64(b"ab"), "YWI=");
     }
 }

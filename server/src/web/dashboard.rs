@@ -10,9 +10,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
+use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::Stream;
 use leptos::prelude::*;
@@ -24,6 +24,7 @@ use sentry_tenants_app::api::Backend;
 use sentry_tenants_app::{App, OUTPUT_NAME, shell};
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 use super::actions::{self, Actions};
 use super::assets;
@@ -110,9 +111,25 @@ pub fn router(dashboard: Dashboard) -> Router {
 }
 
 /// What every dashboard response passes through on its way out: security headers, then compression.
+/// A page sets its own Content-Security-Policy (with its nonce); everything else gets the strictest.
 pub fn with_response_layers(app: Router) -> Router {
-    app.layer(middleware::from_fn(security_headers))
-        .layer(CompressionLayer::new().gzip(true).br(true))
+    app.layer(SetResponseHeaderLayer::overriding(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    ))
+    .layer(SetResponseHeaderLayer::overriding(
+        header::X_FRAME_OPTIONS,
+        HeaderValue::from_static("DENY"),
+    ))
+    .layer(SetResponseHeaderLayer::overriding(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    ))
+    .layer(SetResponseHeaderLayer::if_not_present(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+    ))
+    .layer(CompressionLayer::new().gzip(true).br(true))
 }
 
 /// The page's Content-Security-Policy: scripts only from here, plus the one inline bootstrap that
@@ -130,25 +147,6 @@ fn set_page_csp() {
     if let Ok(value) = HeaderValue::from_str(&policy) {
         response.insert_header(header::CONTENT_SECURITY_POLICY, value);
     }
-}
-
-async fn security_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let h = response.headers_mut();
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    h.entry(header::CONTENT_SECURITY_POLICY)
-        .or_insert(HeaderValue::from_static(
-            "default-src 'none'; frame-ancestors 'none'",
-        ));
-    response
 }
 
 /// One message per batch of changes (coalesced over 100 ms). The browser's EventSource reconnects by

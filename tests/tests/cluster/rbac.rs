@@ -12,13 +12,13 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::rbac::v1::Role;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use sentry_tenants::crd::{RunJob, TenantPhase};
+use sentry_tenants::crd::{RunJob, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 use serde_json::Value;
 use tower::ServiceExt;
 
-use crate::provision::{finished, provision_run, tenant_in_phase};
+use crate::provision::{provision_run, tenant_in_phase};
 use crate::{Operator, Setup, setup};
 
 const OPERATOR: &str = "sentry-tenants";
@@ -76,14 +76,22 @@ async fn lifecycle_then_compare() {
     act(post("/actions/tenants", "name=acme&display_name=Acme")).await;
     act(post("/actions/tenants/acme/provision", "")).await;
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
-    // A run with no time to live: the operator records it and deletes it.
+    // A run with no time to live: the operator records it in the tenant's history and deletes it.
     s.apply(&provision_run("acme-resync", "acme", 0));
-    finished(&s, "acme-resync").await;
     wait_gone(
         &Api::<RunJob>::namespaced(s.admin.clone(), &s.ns),
         "acme-resync",
     )
     .await;
+    let acme = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)
+        .get("acme")
+        .await
+        .unwrap();
+    assert!(
+        acme.history().iter().any(|r| r.name == "acme-resync"),
+        "{:#?}",
+        acme.history()
+    );
     s.set_suspended("acme", true);
     tenant_in_phase(&s, "acme", TenantPhase::Suspended).await;
     act(post("/actions/tenants/acme/resume", "")).await;
@@ -101,8 +109,37 @@ async fn lifecycle_then_compare() {
     page(&format!("/runs/{}", provision.name_any())).await;
     dashboard.stop().await;
 
+    // A run whose name someone else's Job already has: the operator's create gets 409 and it reads
+    // that Job (never adopting it), which is the `get` on jobs a restart's cache miss also makes.
+    let foreign: Job = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "acme-foreign"},
+        "spec": {"suspend": true, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "registry.invalid/other:1"}],
+        }}},
+    }))
+    .unwrap();
+    Api::<Job>::namespaced(s.admin.clone(), &s.ns)
+        .create(&Default::default(), &foreign)
+        .await
+        .unwrap();
+    s.apply(&provision_run("acme-foreign", "acme", 300));
+    wait_until("the operator to read the foreign Job", async || {
+        asked_for(&s, OPERATOR, "get", "jobs", "acme-foreign").then_some(())
+    })
+    .await;
+    let (deleted, _, err) = s
+        .plane
+        .kubectl(&["delete", "runjob", "acme-foreign", "-n", &s.ns], None);
+    assert!(deleted, "{err}");
+    // The leader renews its Lease every third of its duration.
+    wait_until("a renewal of the leader Lease", async || {
+        asked_for(&s, OPERATOR, "update", "leases", "sentry-tenants-leader").then_some(())
+    })
+    .await;
+
     let jobs = Api::<Job>::namespaced(s.admin.clone(), &s.ns)
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels("sentry.io/runjob"))
         .await
         .unwrap();
     assert!(!jobs.items.is_empty());
@@ -189,4 +226,15 @@ fn ours<'a>(event: &'a Value, ns: &str) -> Option<&'a str> {
     let user = event["user"]["username"].as_str()?;
     let account = user.strip_prefix(&format!("system:serviceaccount:{ns}:"))?;
     [OPERATOR, PROVISIONER].into_iter().find(|a| *a == account)
+}
+
+/// Whether `account` asked to `verb` the object `name` of `resource` in the test's namespace.
+fn asked_for(s: &Setup, account: &str, verb: &str, resource: &str, name: &str) -> bool {
+    s.plane.audit_events().iter().any(|e| {
+        ours(e, &s.ns) == Some(account)
+            && e["verb"] == verb
+            && e["objectRef"]["resource"] == resource
+            && e["objectRef"]["name"] == name
+            && e["objectRef"]["subresource"].is_null()
+    })
 }
