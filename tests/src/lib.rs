@@ -60,6 +60,7 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         clickhouse_url: "http://clickhouse:8123".into(),
         clickhouse_admin_secret: "clickhouse-admin".into(),
         read_only_dashboard: false,
+        aggregate_to_view_edit: false,
         version: env!("CARGO_PKG_VERSION").into(),
     }
     .validate()

@@ -364,26 +364,23 @@ async fn prune(
     let selector = ListParams::default().labels(BUNDLE_SELECTOR);
     for (group, version, kind) in NAMESPACED_KINDS {
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &values.namespace, &resource);
-        let live = api
-            .list(&selector)
-            .await
-            .map_err(|e| api_error(&format!("list {kind}s"), &e))?;
-        for obj in live
-            .items
-            .into_iter()
-            .filter(|o| !wanted.contains(&(kind.to_string(), o.name_any())))
-            .filter(applied_by_install)
-        {
-            let what = format!("{kind} {}/{}", values.namespace, obj.name_any());
-            api.delete(&obj.name_any(), &DeleteParams::background())
-                .await
-                .map_err(|e| api_error(&format!("prune {what}"), &e))?;
-            progress.done(&format!("pruned {what} (no longer in the bundle)"));
-            report.pruned.push(what);
-        }
+        let api = Api::namespaced_with(client.clone(), &values.namespace, &resource);
+        let scope = format!("{}/", values.namespace);
+        prune_kind(&api, kind, &scope, &selector, &wanted, progress, report).await?;
     }
+    // This install's aggregated ClusterRoles (named and labelled by its namespace), once dropped.
+    let roles = cluster_roles(client);
+    let this_install = ListParams::default().labels(&cluster_scoped_selector(&values.namespace));
+    prune_kind(
+        &roles,
+        "ClusterRole",
+        "",
+        &this_install,
+        &wanted,
+        progress,
+        report,
+    )
+    .await?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let ours = crds
         .list(&selector)
@@ -407,6 +404,50 @@ async fn prune(
         report.kept.push(what);
     }
     Ok(())
+}
+
+/// Deletes the objects of `kind` that `selector` finds, install applied, and `wanted` lacks.
+async fn prune_kind(
+    api: &Api<DynamicObject>,
+    kind: &str,
+    scope: &str,
+    selector: &ListParams,
+    wanted: &BTreeSet<(String, String)>,
+    progress: &Progress,
+    report: &mut InstallReport,
+) -> Result<(), InstallError> {
+    let live = api
+        .list(selector)
+        .await
+        .map_err(|e| api_error(&format!("list {kind}s"), &e))?;
+    for obj in live
+        .items
+        .into_iter()
+        .filter(|o| !wanted.contains(&(kind.to_string(), o.name_any())))
+        .filter(applied_by_install)
+    {
+        let what = format!("{kind} {scope}{}", obj.name_any());
+        api.delete(&obj.name_any(), &DeleteParams::background())
+            .await
+            .map_err(|e| api_error(&format!("prune {what}"), &e))?;
+        progress.done(&format!("pruned {what} (no longer in the bundle)"));
+        report.pruned.push(what);
+    }
+    Ok(())
+}
+
+/// The one cluster-scoped kind an install prunes and uninstalls: its aggregated ClusterRoles.
+pub fn cluster_roles(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRole");
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+/// Selects the cluster-scoped objects of the install in `namespace`.
+pub fn cluster_scoped_selector(namespace: &str) -> String {
+    format!(
+        "{BUNDLE_SELECTOR},{}={namespace}",
+        super::bundle::INSTALL_NAMESPACE
+    )
 }
 
 pub async fn crd_has_instances(

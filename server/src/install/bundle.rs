@@ -4,7 +4,7 @@
 use askama::Template;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
 use serde::de::DeserializeOwned;
@@ -22,6 +22,8 @@ pub struct Values {
     pub clickhouse_url: String,
     pub clickhouse_admin_secret: String,
     pub read_only_dashboard: bool,
+    /// Add ClusterRoles that aggregate tenants and runjobs into the built-in view/edit/admin roles.
+    pub aggregate_to_view_edit: bool,
     pub version: String,
 }
 
@@ -106,7 +108,15 @@ fn is_http_url(s: &str) -> bool {
             .all(|c| c.is_ascii_graphic() && !"\"'`\\<>{}|^".contains(c))
 }
 
+/// Label on the cluster-scoped objects of an install (its aggregated ClusterRoles): which install's.
+pub const INSTALL_NAMESPACE: &str = "sentry.io/install-namespace";
+
 impl Values {
+    /// The name of the aggregated ClusterRole for `verb` (`view` or `edit`) of this install.
+    pub fn aggregated_role(&self, verb: &str) -> String {
+        format!("sentry-tenants:{}:{verb}", self.namespace)
+    }
+
     /// Checks every value before it gets near a template; the templates also quote every value.
     pub fn validate(self) -> Result<Self, ValueError> {
         ValueError::check_namespace(&self.namespace)?;
@@ -254,6 +264,7 @@ pub fn check_typed(index: usize, raw: &Value) -> Result<(), BundleError> {
         "Deployment" => round_trip::<Deployment>(raw),
         "Service" => round_trip::<Service>(raw),
         "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(raw),
+        "ClusterRole" => round_trip::<ClusterRole>(raw),
         _ => return Err(BundleError::UnknownKind { index, kind }),
     }
     .map_err(|error| BundleError::Typed {
@@ -332,6 +343,7 @@ pub(crate) mod tests {
             clickhouse_url: "http://clickhouse.db:8123".into(),
             clickhouse_admin_secret: "clickhouse-admin".into(),
             read_only_dashboard: false,
+            aggregate_to_view_edit: false,
             version: env!("CARGO_PKG_VERSION").into(),
         }
     }

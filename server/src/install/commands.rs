@@ -44,8 +44,14 @@ pub struct InstallArgs {
     )]
     pub clickhouse_admin_user: String,
     /// Serve the dashboard without any mutating route, and drop the RBAC those routes would need.
+    /// The safe choice on a shared cluster: the dashboard acts as the operator's ServiceAccount.
     #[arg(long)]
     pub read_only_dashboard: bool,
+    /// Also create two ClusterRoles that add tenants and runjobs to the built-in view, edit and admin
+    /// roles, so namespace viewers and editors can `kubectl get`/edit tenants. Off by default; the
+    /// only ClusterRoles sentry-tenants ever creates.
+    #[arg(long)]
+    pub aggregate_to_view_edit: bool,
     /// Print the bundle instead of applying it; needs no cluster (for GitOps).
     #[arg(long)]
     pub dry_run: bool,
@@ -72,6 +78,7 @@ impl InstallArgs {
             clickhouse_url: self.clickhouse_url.clone(),
             clickhouse_admin_secret: self.clickhouse_admin_secret.clone(),
             read_only_dashboard: self.read_only_dashboard,
+            aggregate_to_view_edit: self.aggregate_to_view_edit,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
         .validate()?)

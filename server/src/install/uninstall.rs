@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::apply::{
     BUNDLE_SELECTOR, CREATED_BY_INSTALL, InstallError, NAMESPACED_KINDS, OPERATOR_POD_SELECTOR,
-    api_error,
+    api_error, cluster_roles, cluster_scoped_selector,
 };
 use super::progress::Progress;
 use crate::crd::{RUNJOB_FINALIZER, RunJob, Tenant};
@@ -84,6 +84,16 @@ pub async fn uninstall(
             let what = format!("{kind} {namespace}/{}", obj.name_any());
             delete(&api, &obj.name_any(), &what, progress, &mut report).await?;
         }
+    }
+    let roles = cluster_roles(client);
+    let this_install = ListParams::default().labels(&cluster_scoped_selector(namespace));
+    let live = roles
+        .list(&this_install)
+        .await
+        .map_err(|e| api_error("list ClusterRoles", &e))?;
+    for role in live.items {
+        let what = format!("ClusterRole {}", role.name_any());
+        delete(&roles, &role.name_any(), &what, progress, &mut report).await?;
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     delete(

@@ -375,3 +375,87 @@ async fn check_pre_passes_for_an_admin_and_names_what_a_plain_user_may_not_do() 
         "{crd:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_roles_let_namespace_viewers_and_editors_use_tenants_until_dropped() {
+    use sentry_tenants::crd::Tenant;
+    let s = setup("aggregate").await;
+    let with_roles = sentry_tenants::install::Values {
+        aggregate_to_view_edit: true,
+        ..s.values()
+    };
+    let report = install(&s.admin, &with_roles, &rolled_out(), &Progress::Quiet)
+        .await
+        .unwrap();
+    assert!(
+        report
+            .applied
+            .contains(&format!("ClusterRole sentry-tenants:{}:view", s.ns)),
+        "{report:#?}"
+    );
+    // People bound to Kubernetes' own view and edit roles in this namespace, nothing else.
+    for (account, role) in [("viewer", "view"), ("editor", "edit")] {
+        let binding = format!("--clusterrole={role}");
+        let subject = format!("--serviceaccount={}:{account}", s.ns);
+        for args in [
+            vec!["create", "serviceaccount", account, "-n", &s.ns],
+            vec![
+                "create",
+                "rolebinding",
+                account,
+                &binding,
+                &subject,
+                "-n",
+                &s.ns,
+            ],
+        ] {
+            let (ok, _, err) = s.plane.kubectl(&args, None);
+            assert!(ok, "kubectl {args:?}: {err}");
+        }
+    }
+    let viewer: Api<Tenant> = Api::namespaced(s.as_account("viewer").await.0, &s.ns);
+    let editor: Api<Tenant> = Api::namespaced(s.as_account("editor").await.0, &s.ns);
+    let acme: Tenant = serde_json::from_value(serde_json::json!({
+        "apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": "acme"}, "spec": {},
+    }))
+    .unwrap();
+    // The aggregation controller folds our rules into view/edit a moment after they exist.
+    wait_until("an editor to create a tenant", async || {
+        editor.create(&PostParams::default(), &acme).await.ok()
+    })
+    .await;
+    let listed = wait_until("a viewer to list tenants", async || {
+        viewer.list(&ListParams::default()).await.ok()
+    })
+    .await;
+    assert_eq!(listed.items.len(), 1);
+    let refused = viewer
+        .create(&PostParams::default(), &acme)
+        .await
+        .expect_err("a viewer may not create");
+    assert!(
+        matches!(refused, kube::Error::Api(ref e) if e.code == 403),
+        "{refused}"
+    );
+
+    // Installed again without the flag: the roles go (after the rollout), and with them the access.
+    let report = install(&s.admin, &s.values(), &rolled_out(), &Progress::Quiet)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.pruned,
+        [
+            format!("ClusterRole sentry-tenants:{}:edit", s.ns),
+            format!("ClusterRole sentry-tenants:{}:view", s.ns),
+        ],
+        "{report:#?}"
+    );
+    wait_until("the viewer to lose tenants", async || {
+        match viewer.list(&ListParams::default()).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}

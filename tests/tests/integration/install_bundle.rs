@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use sentry_tenants::config::OperatorConfig;
 use sentry_tenants::controller::job::build_job;
 use sentry_tenants::crd::{RunAction, RunJob, RunJobSpec};
@@ -19,6 +19,7 @@ fn values(read_only: bool) -> Values {
         clickhouse_url: "http://clickhouse:8123".into(),
         clickhouse_admin_secret: "clickhouse-admin".into(),
         read_only_dashboard: read_only,
+        aggregate_to_view_edit: false,
         version: "0.1.0".into(),
     }
     .validate()
@@ -117,6 +118,66 @@ fn provisioner_role_is_exactly_what_it_needs() {
             "/secrets[]:create",
             "events.k8s.io/events[]:create",
         ])
+    );
+}
+
+#[test]
+fn aggregate_to_view_edit_adds_exactly_two_cluster_roles_that_read_and_edit_tenants() {
+    let v = Values {
+        aggregate_to_view_edit: true,
+        ..values(false)
+    };
+    let docs = parse_documents(&v.render_yaml()).unwrap();
+    assert_eq!(
+        sentry_tenants::install::bundle::check_all(&v.render_yaml()).unwrap(),
+        14
+    );
+    let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    assert!(docs.iter().all(|d| d["kind"] != "ClusterRoleBinding"));
+    let summary: Vec<(String, Vec<String>, BTreeSet<String>)> = roles
+        .iter()
+        .map(|d| {
+            let role: ClusterRole = serde_json::from_value((*d).clone()).unwrap();
+            let labels = role.metadata.labels.clone().unwrap_or_default();
+            let aggregates: Vec<String> = labels
+                .iter()
+                .filter(|(k, v)| {
+                    k.starts_with("rbac.authorization.k8s.io/aggregate-to-") && *v == "true"
+                })
+                .map(|(k, _)| k["rbac.authorization.k8s.io/aggregate-to-".len()..].to_owned())
+                .collect();
+            assert_eq!(labels["sentry.io/install-namespace"], "sentry-tenants");
+            (
+                role.metadata.name.unwrap(),
+                aggregates,
+                grants(&role.rules.unwrap()),
+            )
+        })
+        .collect();
+    let read = ["get", "list", "watch"];
+    let view: BTreeSet<String> = ["tenants", "tenants/status", "runjobs", "runjobs/status"]
+        .iter()
+        .flat_map(|r| read.iter().map(move |v| format!("sentry.io/{r}[]:{v}")))
+        .collect();
+    let write = ["create", "update", "patch", "delete", "deletecollection"];
+    let edit: BTreeSet<String> = ["tenants", "runjobs"]
+        .iter()
+        .flat_map(|r| write.iter().map(move |v| format!("sentry.io/{r}[]:{v}")))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "sentry-tenants:sentry-tenants:view".to_owned(),
+                vec!["admin".to_owned(), "edit".to_owned(), "view".to_owned()],
+                view
+            ),
+            (
+                "sentry-tenants:sentry-tenants:edit".to_owned(),
+                vec!["admin".to_owned(), "edit".to_owned()],
+                edit
+            ),
+        ]
     );
 }
 
