@@ -343,6 +343,41 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
             "error: invalid value 'json' for '--output <OUTPUT>'",
         ),
         (
+            &["install", "--dry-run", "--clickhouse-admin-password-stdin"],
+            1,
+            "error: --clickhouse-admin-password-stdin cannot be used with --dry-run: a printed bundle must not carry a password; create the Secret with your secrets tooling",
+        ),
+        (
+            &["install", "--clickhouse-admin-password-stdin"],
+            1,
+            "error: --clickhouse-admin-password-stdin read no password from standard input (pipe it in: printf '%s' \"$PASSWORD\" | sentry-tenants install …)",
+        ),
+        (
+            &[
+                "install",
+                "--clickhouse-admin-password-stdin",
+                "--clickhouse-admin-user",
+                "",
+            ],
+            1,
+            "error: --clickhouse-admin-user must be a non-empty name without control characters",
+        ),
+        (
+            &["install", "--clickhouse-admin-user", "root"],
+            2,
+            "error: the following required arguments were not provided:",
+        ),
+        (
+            &["check", "--pre", "--clickhouse-admin-secret", "Bad_Secret"],
+            1,
+            "error: --clickhouse-admin-secret \"Bad_Secret\" is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)",
+        ),
+        (
+            &["check", "-n", "Bad_NS"],
+            1,
+            "error: --namespace \"Bad_NS\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)",
+        ),
+        (
             &["run", "--namespace", "Bad_NS"],
             1,
             "error: --namespace \"Bad_NS\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)",

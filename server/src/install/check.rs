@@ -53,6 +53,8 @@ impl fmt::Display for CheckLine {
     }
 }
 
+const UNREACHABLE_HINT: &str = "check the current kubeconfig context (kubectl config current-context) and that the cluster is up";
+
 /// Before install: can we reach the cluster, is it new enough, may we create what install creates,
 /// and is the ClickHouse admin Secret `admin_secret` there for the provisioning Jobs?
 pub async fn preflight(client: &Client, namespace: &str, admin_secret: &str) -> Vec<CheckLine> {
@@ -68,7 +70,7 @@ pub async fn preflight(client: &Client, namespace: &str, admin_secret: &str) -> 
         Err(e) => {
             out.push(CheckLine::fail(
                 crate::cluster::describe("reach the Kubernetes API", &e),
-                "check the current kubeconfig context (kubectl config current-context) and that the cluster is up",
+                UNREACHABLE_HINT,
             ));
             return out;
         }
@@ -130,7 +132,12 @@ pub async fn admin_secret_line(client: &Client, namespace: &str, name: &str) -> 
         Ok(None) => CheckLine::fail(format!("{what} does not exist"), create),
         Err(e) => CheckLine::fail(
             crate::cluster::describe(&format!("get Secret {namespace}/{name}"), &e),
-            "the provisioning Jobs read this Secret; an account that may read it can check it",
+            match e {
+                kube::Error::Api(_) => {
+                    "the provisioning Jobs read this Secret; an account that may read it can check it"
+                }
+                _ => UNREACHABLE_HINT,
+            },
         ),
     }
 }

@@ -7,7 +7,9 @@ use clap::{ArgAction, Args, ValueEnum};
 
 use super::apply::AdminCredentials;
 use super::check::{self, all_passed};
-use super::{InstallOptions, Progress, UninstallOptions, Values, dashboard, install, uninstall};
+use super::{
+    InstallOptions, Progress, UninstallOptions, ValueError, Values, dashboard, install, uninstall,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -262,6 +264,8 @@ fn print_as(format: Format, value: &impl serde::Serialize) -> anyhow::Result<()>
 }
 
 pub async fn run_check(args: CheckArgs) -> anyhow::Result<bool> {
+    ValueError::check_namespace(&args.namespace)?;
+    ValueError::check_secret(&args.clickhouse_admin_secret)?;
     let client = crate::cluster::connect().await?;
     let lines = if args.pre {
         check::preflight(&client, &args.namespace, &args.clickhouse_admin_secret).await

@@ -12,6 +12,7 @@ use sentry_tenants::install::apply::{
 };
 use sentry_tenants::install::check::{Installed, all_passed, installed, post_install, preflight};
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, install};
+use sentry_tenants_tests::cluster_tier::IDLE_IMAGE;
 use sentry_tenants_tests::control_plane::{fresh_namespace, wait_gone, wait_until};
 
 use crate::setup;
@@ -458,4 +459,73 @@ async fn aggregated_roles_let_namespace_viewers_and_editors_use_tenants_until_dr
         }
     })
     .await;
+}
+
+/// The binary as a person runs it against the real apiserver: the last stderr line is the one error
+/// line, nothing before it is a log line, and nothing is created when the admin Secret is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_install_names_a_missing_admin_secret_and_an_image_it_cannot_pull() {
+    let s = setup("cli-install").await;
+    let target = format!("{}-own", s.ns);
+    let kubeconfig = s.plane.kubeconfig.to_str().unwrap().to_owned();
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = std::process::Command::new(s.plane.project_binary())
+            .args(["--kubeconfig", &kubeconfig, "install", "-n", &target])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!stderr.contains('\u{1b}'), "no colour on a pipe: {stderr}");
+        (out.status.code(), stderr)
+    };
+
+    let (code, stderr) = run(&[], "");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: ClickHouse admin Secret {target}/clickhouse-admin does not exist: create it (kubectl -n {target} create secret generic clickhouse-admin --from-literal=username=… --from-literal=password=…), or let install create it: --clickhouse-admin-password-stdin"
+        )
+    );
+    let namespaces: Api<Namespace> = Api::all(s.admin.clone());
+    assert!(
+        namespaces.get_opt(&target).await.unwrap().is_none(),
+        "nothing was created"
+    );
+
+    let (code, stderr) = run(
+        &[
+            "--clickhouse-admin-password-stdin",
+            "--image",
+            IDLE_IMAGE,
+            "--timeout",
+            "1h",
+        ],
+        "s3cret\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let (last, progress) = lines.split_last().unwrap();
+    assert!(
+        last.starts_with(&format!(
+            "error: the operator Deployment {target}/sentry-tenants cannot roll out: pod sentry-tenants-"
+        )) && last.contains("ErrImagePull"),
+        "{stderr}"
+    );
+    assert!(
+        progress.iter().all(|l| l.starts_with("✓ ")),
+        "only progress lines before the error: {stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "the password is never printed");
 }
