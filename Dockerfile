@@ -1,6 +1,8 @@
-# The operator image: one static-ish binary on distroless, non-root. Build with
-#   docker build -t registry.example.com/sentry-tenants:v0.1.0 .
-# and install with `sentry-tenants install --image registry.example.com/sentry-tenants:v0.1.0`.
+# The operator image: one static-ish binary on distroless, non-root. `sentry-tenants install`'s default
+# --image is the reference this builds (a test keeps it equal to the binary's DEFAULT_IMAGE):
+#   docker build -t ghcr.io/sentry-tenants/sentry-tenants:v0.1.0 .
+#   docker push ghcr.io/sentry-tenants/sentry-tenants:v0.1.0
+# For another registry, tag and push it there and install with --image REF.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
@@ -12,6 +14,8 @@ RUN cargo build --release --locked -p sentry-tenants \
 
 # glibc + CA certificates, no shell, no package manager; UID/GID 65532 ("nonroot").
 FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.source="https://github.com/sentry-tenants/sentry-tenants" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /sentry-tenants /usr/local/bin/sentry-tenants
 USER 65532:65532
 EXPOSE 8080 8081

@@ -38,14 +38,51 @@ pub async fn connect() -> anyhow::Result<Client> {
         .map_err(anyhow::Error::msg)
 }
 
+/// The kubeconfig's credential plugin as a person would type it (`gke-gcloud-auth-plugin`,
+/// `aws eks get-token …`), kept so a failure later in the run can name it too.
+static CREDENTIAL_PLUGIN: OnceLock<String> = OnceLock::new();
+
 async fn client_for(args: &ClusterArgs) -> Result<Client, String> {
     let config = config_for(args).await?;
-    Client::try_from(config).map_err(|e| {
-        format!(
+    if let Some(exec) = &config.auth_info.exec {
+        let words: Vec<String> = exec
+            .command
+            .iter()
+            .chain(exec.args.iter().flatten())
+            .cloned()
+            .collect();
+        let _ = CREDENTIAL_PLUGIN.set(words.join(" "));
+    }
+    // A credential plugin runs here, before the first request.
+    Client::try_from(config).map_err(|e| match &e {
+        kube::Error::Auth(auth) => credentials_failed(auth),
+        _ => format!(
             "cannot build a Kubernetes client from the kubeconfig: {}",
             root_cause(&e)
-        )
+        ),
     })
+}
+
+/// "the kubeconfig's credential plugin `…` failed: <its last stderr line>; log in again …", or what
+/// else kept the credentials from being obtained — an expired cloud login, most of the time.
+fn credentials_failed(error: &kube::client::AuthError) -> String {
+    use kube::client::AuthError;
+    let said = match error {
+        AuthError::AuthExecRun { status, out, .. } => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match stderr.lines().rev().find(|l| !l.trim().is_empty()) {
+                Some(line) => format!("{status}: {}", line.trim()),
+                None => status.to_string(),
+            }
+        }
+        other => root_cause(other),
+    };
+    match CREDENTIAL_PLUGIN.get() {
+        Some(plugin) => format!(
+            "the kubeconfig's credential plugin `{plugin}` failed ({said}): log in again (an expired cloud login is the usual cause), or run it yourself to see why"
+        ),
+        None => format!("cannot obtain credentials from the kubeconfig: {said}"),
+    }
 }
 
 async fn config_for(args: &ClusterArgs) -> Result<kube::Config, String> {
@@ -97,6 +134,11 @@ pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
 /// API server's own message.
 pub fn describe(action: &str, error: &kube::Error) -> String {
     match error {
+        kube::Error::Api(status) if status.code == 401 => format!(
+            "cannot {action}: the API server rejected your credentials ({}): they may have expired; log in again or refresh the kubeconfig",
+            status.message
+        ),
+        kube::Error::Auth(auth) => format!("cannot {action}: {}", credentials_failed(auth)),
         kube::Error::Api(status) if status.code == 403 => {
             format!(
                 "cannot {action}: forbidden ({}); your account needs permission to {action}",

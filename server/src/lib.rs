@@ -20,7 +20,8 @@ pub mod telemetry;
 pub use sentry_tenants_app::text;
 pub mod web;
 
-/// Image the Jobs (and, later, the installed Deployment) run: the published image of this version.
+/// The image the Deployment and its Jobs run unless `--image` says otherwise: the reference this
+/// repository's Dockerfile is built and pushed as (its header; a test keeps the two equal).
 pub const DEFAULT_IMAGE: &str = concat!(
     "ghcr.io/sentry-tenants/sentry-tenants:v",
     env!("CARGO_PKG_VERSION")

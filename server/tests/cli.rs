@@ -706,3 +706,40 @@ fn check_reports_as_json_with_the_same_exit_code() {
     );
     assert_eq!(first["hint"], "check your kubeconfig");
 }
+
+/// An expired cloud login: the kubeconfig's credential plugin exits non-zero. The error names the
+/// plugin and what it said, in one line, before anything is sent to the cluster.
+#[test]
+fn a_failing_credential_plugin_is_named_with_what_it_said() {
+    let dir = std::env::temp_dir().join(format!("sentry-tenants-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        r#"apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: sh
+      args: ["-c", "echo 'ERROR: Reauthentication failed. cannot prompt during non-interactive execution.' >&2; exit 1"]
+      interactiveMode: Never
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"#,
+    )
+    .unwrap();
+    let expected = "error: the kubeconfig's credential plugin `sh -c echo 'ERROR: Reauthentication failed. cannot prompt during non-interactive execution.' >&2; exit 1` failed (exit status: 1: ERROR: Reauthentication failed. cannot prompt during non-interactive execution.): log in again (an expired cloud login is the usual cause), or run it yourself to see why";
+    for args in [&["install"][..], &["check"], &["uninstall"], &["version"]] {
+        let out = bin()
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr_lines(&out), [expected], "{args:?}");
+    }
+}

@@ -349,6 +349,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_dockerfile_builds_and_pushes_the_default_image() {
+        let dockerfile = include_str!("../../../Dockerfile");
+        let commands: Vec<&str> = dockerfile
+            .lines()
+            .filter_map(|l| l.strip_prefix("#   docker "))
+            .collect();
+        assert_eq!(
+            commands,
+            [
+                "build -t ghcr.io/sentry-tenants/sentry-tenants:v0.1.0 .",
+                "push ghcr.io/sentry-tenants/sentry-tenants:v0.1.0",
+            ]
+        );
+        assert_eq!(
+            crate::DEFAULT_IMAGE,
+            "ghcr.io/sentry-tenants/sentry-tenants:v0.1.0"
+        );
+    }
+
+    #[test]
     fn the_bundle_parses_into_typed_objects_with_nothing_dropped() {
         for read_only in [false, true] {
             let v = Values {

@@ -504,6 +504,34 @@ async fn the_cli_install_names_a_missing_admin_secret_and_an_image_it_cannot_pul
         "nothing was created"
     );
 
+    // A token the apiserver no longer accepts (an expired login) is named as such.
+    let admin_config: serde_json::Value =
+        serde_norway::from_str(&std::fs::read_to_string(&s.plane.kubeconfig).unwrap()).unwrap();
+    let expired = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": admin_config["clusters"][0]["cluster"]}],
+        "users": [{"name": "u", "user": {"token": "expired-or-revoked"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    });
+    let expired_path = s.plane.dir.join(format!("{}-expired.kubeconfig", s.ns));
+    std::fs::write(&expired_path, expired.to_string()).unwrap();
+    let out = std::process::Command::new(s.plane.project_binary())
+        .args([
+            "--kubeconfig",
+            expired_path.to_str().unwrap(),
+            "version",
+            "-n",
+            &s.ns,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap().trim_end(),
+        "error: cannot get the operator Deployment: the API server rejected your credentials (Unauthorized): they may have expired; log in again or refresh the kubeconfig"
+    );
+
     let (code, stderr) = run(
         &[
             "--clickhouse-admin-password-stdin",
