@@ -128,21 +128,111 @@ fn provision_dry_run_still_validates_the_name_and_action() {
     );
 }
 
+/// Every command's `--help`: exit 0, on stdout, no colour on a pipe, and the options a person
+/// looks for, the global ones included.
 #[test]
-fn provision_help_documents_every_option() {
-    let out = bin().args(["provision-tenant", "--help"]).output().unwrap();
-    assert!(out.status.success());
-    let help = String::from_utf8(out.stdout).unwrap();
-    for flag in [
-        "--action",
-        "--namespace",
-        "--clickhouse-url",
-        "--clickhouse-auth",
-        "--rotate",
-        "--dry-run",
-    ] {
-        assert!(help.contains(flag), "{flag} missing from help");
+fn every_commands_help_documents_its_options() {
+    let global = ["--kubeconfig", "--context", "--verbose", "--log-format"];
+    let table: &[(&[&str], &[&str])] = &[
+        (
+            &["--help"],
+            &[
+                "install",
+                "uninstall",
+                "check",
+                "dashboard",
+                "run",
+                "version",
+                "completion",
+                "provision-tenant",
+                "crd",
+            ],
+        ),
+        (
+            &["install", "--help"],
+            &[
+                "--namespace",
+                "--image",
+                "--replicas",
+                "--clickhouse-url",
+                "--clickhouse-admin-secret",
+                "--clickhouse-admin-password-stdin",
+                "--clickhouse-admin-user",
+                "--read-only-dashboard",
+                "--aggregate-to-view-edit",
+                "--dry-run",
+                "--output",
+                "--wait",
+                "--timeout",
+                "--force-conflicts",
+                "the only ClusterRoles sentry-tenants ever creates",
+                "The safe choice on a shared cluster",
+            ],
+        ),
+        (
+            &["uninstall", "--help"],
+            &["--namespace", "--delete-crds", "--yes", "--timeout"],
+        ),
+        (
+            &["check", "--help"],
+            &[
+                "--namespace",
+                "--pre",
+                "--clickhouse-admin-secret",
+                "--output",
+            ],
+        ),
+        (
+            &["dashboard", "--help"],
+            &["--namespace", "--port", "--no-browser"],
+        ),
+        (
+            &["version", "--help"],
+            &["--namespace", "--client", "--output"],
+        ),
+        (&["completion", "--help"], &["bash", "zsh", "fish"]),
+        (&["crd", "--help"], &[]),
+        (
+            &["run", "--help"],
+            &[
+                "--namespace",
+                "--image",
+                "--probe-addr",
+                "[default: [::]:8081]",
+                "--dashboard-addr",
+                "--read-only-dashboard",
+                "--lease-seconds",
+                "--clickhouse-url",
+                "--clickhouse-admin-secret",
+            ],
+        ),
+        (
+            &["provision-tenant", "--help"],
+            &[
+                "--action",
+                "--namespace",
+                "--clickhouse-url",
+                "--clickhouse-auth",
+                "--rotate",
+                "--dry-run",
+            ],
+        ),
+    ];
+    let mut missing = Vec::new();
+    for (args, wanted) in table {
+        let out = bin().args(*args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(out.stderr.is_empty(), "{args:?}");
+        let help = String::from_utf8(out.stdout).unwrap();
+        assert!(!help.contains('\u{1b}'), "{args:?}: colour on a pipe");
+        let globals: &[&str] = if args[0] == "--help" { &[] } else { &global };
+        for word in wanted.iter().chain(globals) {
+            if !help.contains(word) {
+                missing.push(format!("{args:?}: {word}"));
+            }
+        }
     }
+    assert!(missing.is_empty(), "{missing:#?}");
 }
 
 #[test]
@@ -466,9 +556,10 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let said = stderr.lines().next().unwrap_or_default();
         let contacted = cluster.connections() - before;
-        if out.status.code() != Some(*code) || said != *first_line || contacted > 0 {
+        let coloured = stderr.contains('\u{1b}');
+        if out.status.code() != Some(*code) || said != *first_line || contacted > 0 || coloured {
             wrong.push(format!(
-                "{args:?}: exit {:?}, {said:?}, {contacted} connections; want exit {code}, {first_line:?}",
+                "{args:?}: exit {:?}, {said:?}, {contacted} connections, colour {coloured}; want exit {code}, {first_line:?}",
                 out.status.code()
             ));
         }
