@@ -308,6 +308,30 @@ impl Operator {
         })
     }
 
+    /// A dashboard action's form post, as the browser sends it from the dashboard's own page; panics
+    /// unless it redirects back without an error.
+    pub async fn act(&self, path: &str, form: &str) {
+        use tower::ServiceExt;
+        let request = http::Request::post(path)
+            .header(http::header::HOST, "127.0.0.1:8080")
+            .header(http::header::ORIGIN, "http://127.0.0.1:8080")
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(axum::body::Body::from(form.to_owned()))
+            .expect("a request");
+        let reply = self.dashboard().oneshot(request).await.expect("a reply");
+        assert_eq!(reply.status(), http::StatusCode::SEE_OTHER, "POST {path}");
+        let location = reply.headers()[http::header::LOCATION]
+            .to_str()
+            .expect("a location");
+        assert!(
+            !location.contains("error="),
+            "POST {path} failed: {location}"
+        );
+    }
+
     pub async fn stop(self) {
         self.stop.send_replace(true);
         let _ = self.task.await;

@@ -67,6 +67,15 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
     .unwrap()
 }
 
+/// What the ✗ lines of a `check` say, in order.
+pub fn failed_checks(lines: &[sentry_tenants::install::check::CheckLine]) -> Vec<&str> {
+    lines
+        .iter()
+        .filter(|l| !l.ok)
+        .map(|l| l.what.as_str())
+        .collect()
+}
+
 /// `uninstall` with the default options, its progress unprinted.
 pub async fn uninstall_quietly(
     client: &Client,

@@ -46,11 +46,7 @@ async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     let values = sentry_tenants_tests::install_values(&target);
     // Everything passes but the admin Secret: the namespace is not there yet.
     let pre = preflight(&s.admin, &target, "clickhouse-admin").await;
-    let failed: Vec<&str> = pre
-        .iter()
-        .filter(|l| !l.ok)
-        .map(|l| l.what.as_str())
-        .collect();
+    let failed = sentry_tenants_tests::failed_checks(&pre);
     assert_eq!(
         failed,
         [format!(

@@ -47,23 +47,6 @@ async fn lifecycle_then_compare() {
         .await;
     // The dashboard of a second replica, as the operator's ServiceAccount (the installed one leads).
     let dashboard = Operator::start_leading(&s, false).await;
-    let post = |path: &str, form: &str| {
-        Request::post(path)
-            .header(header::HOST, "127.0.0.1:8080")
-            .header(header::ORIGIN, "http://127.0.0.1:8080")
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Body::from(form.to_owned()))
-            .unwrap()
-    };
-    let act = async |request: Request<Body>| {
-        let reply = dashboard.dashboard().oneshot(request).await.unwrap();
-        assert_eq!(reply.status(), StatusCode::SEE_OTHER);
-        let location = reply.headers()[header::LOCATION].to_str().unwrap();
-        assert!(
-            !location.contains("error="),
-            "the action failed: {location}"
-        );
-    };
     let page = async |path: &str| {
         let request = Request::get(path)
             .header(header::HOST, "127.0.0.1:8080")
@@ -73,8 +56,10 @@ async fn lifecycle_then_compare() {
         assert_eq!(reply.status(), StatusCode::OK, "GET {path}");
     };
 
-    act(post("/actions/tenants", "name=acme&display_name=Acme")).await;
-    act(post("/actions/tenants/acme/provision", "")).await;
+    dashboard
+        .act("/actions/tenants", "name=acme&display_name=Acme")
+        .await;
+    dashboard.act("/actions/tenants/acme/provision", "").await;
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     // A run with no time to live: the operator records it in the tenant's history and deletes it.
     s.apply(&provision_run("acme-resync", "acme", 0));
@@ -94,7 +79,7 @@ async fn lifecycle_then_compare() {
     );
     s.set_suspended("acme", true);
     tenant_in_phase(&s, "acme", TenantPhase::Suspended).await;
-    act(post("/actions/tenants/acme/resume", "")).await;
+    dashboard.act("/actions/tenants/acme/resume", "").await;
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     page("/").await;
     page("/tenants/acme").await;

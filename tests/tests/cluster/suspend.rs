@@ -2,13 +2,10 @@
 //! stand-in kubelet) doing the reconciling: by `kubectl patch` and by the dashboard's form post.
 //! What counts is what ClickHouse was told (the stand-in's statements) and what a login can do.
 
-use axum::body::Body;
-use http::{Request, StatusCode, header};
 use kube::api::Api;
 use sentry_tenants::crd::{Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
-use tower::ServiceExt;
 
 use crate::provision::{finished, password, provision_run, tenant, tenant_in_phase};
 use crate::{Operator, setup};
@@ -71,22 +68,12 @@ async fn suspend_then_resume() {
     // Resume from the dashboard: its form post, through the router `run` serves, as the operator's
     // ServiceAccount (this replica only serves; the installed operator reconciles).
     let dashboard = Operator::start_leading(&s, false).await;
-    let post = Request::post("/actions/tenants/acme/resume")
-        .header(header::HOST, "127.0.0.1:8080")
-        .header(header::ORIGIN, "http://127.0.0.1:8080")
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(Body::from("return_to=%2Ftenants%2Facme"))
-        .unwrap();
-    let reply = dashboard.dashboard().oneshot(post).await.unwrap();
-    assert_eq!(reply.status(), StatusCode::SEE_OTHER);
-    let location = reply.headers()[header::LOCATION]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        !location.contains("error="),
-        "the action failed: {location}"
-    );
+    dashboard
+        .act(
+            "/actions/tenants/acme/resume",
+            "return_to=%2Ftenants%2Facme",
+        )
+        .await;
     let t = access_locked(&tenants, false).await;
     assert_eq!(t.phase(), Some(TenantPhase::Active));
     assert!(

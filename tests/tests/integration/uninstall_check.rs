@@ -262,11 +262,7 @@ async fn post_install_check_passes_only_when_available_led_and_same_version() {
     let c = installed().await;
     let now = Timestamp::now();
     let lines = post_install(&c.client, NS, env!("CARGO_PKG_VERSION"), now).await;
-    let failed: Vec<&str> = lines
-        .iter()
-        .filter(|l| !l.ok)
-        .map(|l| l.what.as_str())
-        .collect();
+    let failed = sentry_tenants_tests::failed_checks(&lines);
     assert_eq!(
         failed,
         [
@@ -298,11 +294,7 @@ async fn post_install_check_passes_only_when_available_led_and_same_version() {
 
     let later = Timestamp::now() + SignedDuration::from_secs(60);
     let lines = post_install(&c.client, NS, "9.9.9", later).await;
-    let failed: Vec<&str> = lines
-        .iter()
-        .filter(|l| !l.ok)
-        .map(|l| l.what.as_str())
-        .collect();
+    let failed = sentry_tenants_tests::failed_checks(&lines);
     assert_eq!(failed.len(), 2, "{failed:?}");
     assert!(failed[0].contains("differs from this CLI (9.9.9)"));
     assert!(failed[1].contains("is stale"));
