@@ -57,6 +57,14 @@ pub enum ProvisionError {
         secret: String,
     },
     #[error(
+        "Secret {secret} is not tenant {tenant:?}'s ({owner}): refusing to read or change it; if it is a leftover, delete it, otherwise give the tenant another name"
+    )]
+    ForeignSecret {
+        tenant: String,
+        secret: String,
+        owner: String,
+    },
+    #[error(
         "Secret {secret} has no usable `password` key; delete it and re-run with --rotate to issue new credentials"
     )]
     BadSecret { secret: String },

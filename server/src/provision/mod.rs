@@ -182,13 +182,14 @@ impl<C: ClickHouse> Provisioner<C> {
         // An Active tenant's user is never re-provisioned: only its status is re-synced (retrying a failed
         // sync, back-filling an old tenant).
         if tenant.is_provisioned() && !self.rotate {
-            self.sync.existing_password(name).await?.ok_or_else(|| {
-                ProvisionError::WouldRotate {
+            self.sync
+                .existing_password(name, tenant)
+                .await?
+                .ok_or_else(|| ProvisionError::WouldRotate {
                     tenant: name.to_string(),
                     user: ids.user.as_str().to_owned(),
                     secret: name.credentials_secret(),
-                }
-            })?;
+                })?;
             self.sync
                 .report(name, tenant, tenant.access_locked())
                 .await?;
@@ -197,7 +198,7 @@ impl<C: ClickHouse> Provisioner<C> {
 
         self.check_version().await?;
         let user_exists = self.user_exists(ids).await?;
-        let on_file = self.sync.existing_password(name).await?;
+        let on_file = self.sync.existing_password(name, tenant).await?;
         let (password, created) = match (on_file, user_exists, self.rotate) {
             (Some(password), _, false) => (password, false),
             (None, true, false) => {

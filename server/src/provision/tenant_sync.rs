@@ -56,10 +56,11 @@ impl TenantSync {
         Ok(tenant)
     }
 
-    /// The password already on file, if the Secret exists.
+    /// The password already on file, if the Secret exists and is this tenant's.
     pub async fn existing_password(
         &self,
         name: &TenantName,
+        tenant: &Tenant,
     ) -> Result<Option<String>, ProvisionError> {
         let secret_name = name.credentials_secret();
         let Some(secret) = self
@@ -70,11 +71,7 @@ impl TenantSync {
         else {
             return Ok(None);
         };
-        password_of(&secret)
-            .map(Some)
-            .ok_or(ProvisionError::BadSecret {
-                secret: secret_name,
-            })
+        password_on_file(&secret, name, tenant).map(Some)
     }
 
     /// Writes the credentials Secret (owned by the Tenant, so deleting the tenant deletes it). Returns
@@ -96,21 +93,12 @@ impl TenantSync {
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".to_owned()),
-            data: Some(BTreeMap::from([
-                ("url".to_owned(), ByteString(url.as_bytes().to_vec())),
-                (
-                    "database".to_owned(),
-                    ByteString(name.database().into_bytes()),
-                ),
-                (
-                    "username".to_owned(),
-                    ByteString(name.clickhouse_user().into_bytes()),
-                ),
-                (
-                    PASSWORD_KEY.to_owned(),
-                    ByteString(password.as_bytes().to_vec()),
-                ),
-            ])),
+            data: Some(
+                credentials(url, &name.database(), &name.clickhouse_user(), password)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+                    .collect(),
+            ),
             ..Secret::default()
         };
         match self
@@ -126,14 +114,13 @@ impl TenantSync {
         {
             Ok(_) => Ok(password.to_owned()),
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                // Replacing is only ever a deliberate rotation; otherwise the Secret on file wins.
+                // Replacing is only ever a deliberate rotation; otherwise the Secret on file wins —
+                // if it is this tenant's.
                 let current =
                     self.secrets().get(&secret_name).await.map_err(|e| {
                         ProvisionError::kube(format!("get secret {secret_name}"), e)
                     })?;
-                Ok(password_of(&current).ok_or(ProvisionError::BadSecret {
-                    secret: secret_name,
-                })?)
+                password_on_file(&current, name, tenant)
             }
             Err(e) => Err(ProvisionError::kube(
                 format!("create secret {secret_name}"),
@@ -255,6 +242,99 @@ pub fn generate_password() -> Result<String, ProvisionError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A credentials Secret's password, if the Secret is `tenant`'s: controlled by this Tenant's uid. A
+/// Secret that only has the name — the admin Secret a tenant's name happens to spell, one made by
+/// hand or by another tool, one of another object — is never read for a password nor changed.
+fn password_on_file(
+    secret: &Secret,
+    name: &TenantName,
+    tenant: &Tenant,
+) -> Result<String, ProvisionError> {
+    let secret_name = name.credentials_secret();
+    let uid = tenant.meta().uid.as_deref().unwrap_or_default();
+    let controller = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    match controller {
+        Some(owner) if owner.kind == "Tenant" && owner.uid == uid => {}
+        other => {
+            return Err(ProvisionError::ForeignSecret {
+                tenant: name.to_string(),
+                secret: secret_name,
+                owner: match other {
+                    Some(o) => format!("it is controlled by {} {} (uid {})", o.kind, o.name, o.uid),
+                    None => {
+                        "it has no controlling owner: made by hand or by another tool".to_owned()
+                    }
+                },
+            });
+        }
+    }
+    password_of(secret).ok_or(ProvisionError::BadSecret {
+        secret: secret_name,
+    })
+}
+
+/// The keys of a tenant's credentials Secret (CloudNativePG's application Secret is the model): the
+/// ClickHouse HTTP endpoint whole and in parts, the database, the user and password, and a `uri` a
+/// client can connect with as it is.
+pub fn credentials(
+    url: &str,
+    database: &str,
+    username: &str,
+    password: &str,
+) -> BTreeMap<&'static str, String> {
+    let (scheme, host, port) = endpoint(url);
+    let uri = format!(
+        "{scheme}://{}:{}@{}:{port}/?database={}",
+        crate::text::percent_encode(username),
+        crate::text::percent_encode(password),
+        bracketed(&host),
+        crate::text::percent_encode(database),
+    );
+    BTreeMap::from([
+        ("url", url.to_owned()),
+        ("host", host),
+        ("port", port.to_string()),
+        ("database", database.to_owned()),
+        ("username", username.to_owned()),
+        (PASSWORD_KEY, password.to_owned()),
+        ("uri", uri),
+    ])
+}
+
+/// (scheme, host, port) of a ClickHouse HTTP URL; the port defaults to ClickHouse's (8123 for http,
+/// 8443 for https). An IPv6 host is returned without its brackets.
+pub fn endpoint(url: &str) -> (&str, String, u16) {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let default_port = if scheme == "https" { 8443 } else { 8123 };
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']').unwrap_or((v6, ""));
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = port.and_then(|p| p.parse().ok()).unwrap_or(default_port);
+    (scheme, host.to_owned(), port)
+}
+
+fn bracketed(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -264,5 +344,60 @@ mod tests {
         assert_eq!(a.len(), 64);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn the_endpoint_is_split_with_clickhouse_default_ports() {
+        use super::endpoint;
+        let parts = |url| {
+            let (scheme, host, port) = endpoint(url);
+            (scheme.to_owned(), host, port)
+        };
+        let p = |scheme: &str, host: &str, port| (scheme.to_owned(), host.to_owned(), port);
+        assert_eq!(
+            parts("http://clickhouse.db:8123"),
+            p("http", "clickhouse.db", 8123)
+        );
+        assert_eq!(
+            parts("http://clickhouse.db"),
+            p("http", "clickhouse.db", 8123)
+        );
+        assert_eq!(
+            parts("https://ch.example.com/"),
+            p("https", "ch.example.com", 8443)
+        );
+        assert_eq!(
+            parts("https://ch.example.com:9443/path?x=1"),
+            p("https", "ch.example.com", 9443)
+        );
+        assert_eq!(parts("http://10.0.0.7:18123"), p("http", "10.0.0.7", 18123));
+        assert_eq!(parts("http://[fd00::7]:8123"), p("http", "fd00::7", 8123));
+        assert_eq!(parts("https://[fd00::7]"), p("https", "fd00::7", 8443));
+    }
+
+    #[test]
+    fn a_credentials_secret_holds_the_endpoint_in_parts_and_a_uri() {
+        let keys = super::credentials(
+            "https://[fd00::7]:9443",
+            "tenant_acme",
+            "tenant_acme_user",
+            "0123abcd",
+        );
+        let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("database", "tenant_acme"),
+                ("host", "fd00::7"),
+                ("password", "0123abcd"),
+                ("port", "9443"),
+                (
+                    "uri",
+                    "https://tenant_acme_user:0123abcd@[fd00::7]:9443/?database=tenant_acme"
+                ),
+                ("url", "https://[fd00::7]:9443"),
+                ("username", "tenant_acme_user"),
+            ]
+        );
     }
 }

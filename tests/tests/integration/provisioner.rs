@@ -101,6 +101,14 @@ async fn provision_stores_credentials_before_the_user_exists_and_reports_status(
         )
     );
     assert_eq!(
+        (text("host"), text("port")),
+        ("clickhouse".into(), "8123".into())
+    );
+    assert_eq!(
+        text("uri"),
+        format!("http://tenant_acme_user:{pw}@clickhouse:8123/?database=tenant_acme")
+    );
+    assert_eq!(
         secret.owner_references()[0].kind,
         "Tenant",
         "deleting the tenant deletes its Secret"
@@ -359,6 +367,72 @@ async fn a_suspended_tenant_is_provisioned_locked() {
         c.log.creates_of("runjobs"),
         0,
         "already locked: no Suspend run needed"
+    );
+}
+
+/// A Secret that only has the credentials Secret's name — made by hand, the admin Secret a tenant's
+/// name happens to spell, another object's — is never read for a password nor changed, not even by a
+/// deliberate rotation, and nothing reaches ClickHouse's user list.
+#[tokio::test]
+async fn a_secret_with_the_credentials_name_that_is_not_the_tenants_is_never_used() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let secrets = Api::<Secret>::namespaced(c.admin.clone(), NS);
+    let squatter = |owner: serde_json::Value| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": "acme-clickhouse", "namespace": NS, "ownerReferences": owner},
+            "data": {"password": "dGhlLWFkbWluLXBhc3N3b3Jk"},
+        }))
+        .unwrap()
+    };
+    secrets
+        .create(&Default::default(), &squatter(json!([])))
+        .await
+        .unwrap();
+    let ch = RecordingClickHouse::new(MODERN);
+    for rotate in [false, true] {
+        let err = provisioner(&c, &ch, rotate)
+            .run(&acme(), RunAction::Provision)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Secret acme-clickhouse is not tenant \"acme\"'s (it has no controlling owner: made by hand or by another tool): refusing to read or change it; if it is a leftover, delete it, otherwise give the tenant another name",
+            "rotate: {rotate}"
+        );
+    }
+    // Controlled by another Tenant of the same name (deleted since, its Secret left behind).
+    secrets
+        .delete("acme-clickhouse", &Default::default())
+        .await
+        .unwrap();
+    let other = json!([{"apiVersion": "sentry.io/v1alpha1", "kind": "Tenant", "name": "acme",
+        "uid": "0a0b0c0d-not-this-one", "controller": true}]);
+    secrets
+        .create(&Default::default(), &squatter(other))
+        .await
+        .unwrap();
+    let err = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("(it is controlled by Tenant acme (uid 0a0b0c0d-not-this-one))"),
+        "{err}"
+    );
+    assert!(ch.ddl().is_empty(), "{:#?}", ch.ddl());
+    let kept = secrets.get("acme-clickhouse").await.unwrap();
+    assert_eq!(
+        kept.data.unwrap()[PASSWORD_KEY].0,
+        b"the-admin-password",
+        "the Secret is left as it was"
+    );
+    assert!(
+        c.tenant("acme")
+            .await
+            .status
+            .is_none_or(|s| s.click_house_database_name.is_none())
     );
 }
 
