@@ -41,6 +41,15 @@ pub struct RunArgs {
         default_value = "127.0.0.1:8080"
     )]
     pub dashboard_addr: SocketAddr,
+    /// Another Host name the dashboard answers to (besides 127.0.0.1, localhost and [::1], on any
+    /// port): for a proxy or ingress in front of it. Repeatable, or comma-separated in the variable.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_DASHBOARD_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub dashboard_allowed_host: Vec<String>,
     /// Serve the dashboard without any mutating route.
     #[arg(long, env = "SENTRY_TENANTS_READ_ONLY_DASHBOARD", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub read_only_dashboard: bool,
@@ -105,6 +114,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
         changes: stores.changes.subscribe(),
         read_only,
+        allowed_hosts: crate::web::hosts::AllowedHosts::new(&args.dashboard_allowed_host),
     });
     let dashboard_listener = tokio::net::TcpListener::bind(args.dashboard_addr)
         .await

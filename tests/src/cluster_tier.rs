@@ -305,6 +305,7 @@ impl Operator {
             }),
             changes: stores.changes.subscribe(),
             read_only: false,
+            allowed_hosts: sentry_tenants::web::hosts::AllowedHosts::new(&[]),
         })
     }
 

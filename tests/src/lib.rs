@@ -1216,6 +1216,7 @@ pub mod dashboard {
             }),
             changes: stores.changes.subscribe(),
             read_only,
+            allowed_hosts: sentry_tenants::web::hosts::AllowedHosts::new(&[]),
         })
     }
 }

@@ -120,10 +120,17 @@ impl Outcome {
     }
 }
 
-/// Where a no-JS post returns: a local path only (never another site, never `//host`).
+/// Where a no-JS post returns: a local path only (never another site, never `//host`), checked as the
+/// browser will read it — browsers drop tabs and newlines from a URL, so `/\t/evil.example` is
+/// `//evil.example` to them.
 fn safe_return(return_to: Option<&str>) -> String {
-    match return_to {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.to_owned(),
+    let read = return_to.map(|p| {
+        p.chars()
+            .filter(|c| !c.is_ascii_control())
+            .collect::<String>()
+    });
+    match read {
+        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p,
         _ => "/tenants".to_owned(),
     }
 }

@@ -29,6 +29,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use super::actions::{self, Actions};
 use super::assets;
 use super::backend::ClusterBackend;
+use super::hosts::{AllowedHosts, only_allowed_hosts};
 use super::page_cache::{PageCache, reuse_rendered_pages};
 
 /// Everything the dashboard serves from.
@@ -38,6 +39,8 @@ pub struct Dashboard {
     /// Bumped whenever a cached tenant or run changes.
     pub changes: watch::Receiver<u64>,
     pub read_only: bool,
+    /// The Host names answered (DNS rebinding): loopback plus `--dashboard-allowed-host`.
+    pub allowed_hosts: AllowedHosts,
 }
 
 pub fn leptos_options() -> LeptosOptions {
@@ -107,6 +110,11 @@ pub fn router(dashboard: Dashboard) -> Router {
     if !dashboard.read_only {
         app = app.nest("/actions", actions::router(dashboard.actions));
     }
+    // The first look at any request: the Host it names.
+    let app = app.layer(middleware::from_fn_with_state(
+        dashboard.allowed_hosts,
+        only_allowed_hosts,
+    ));
     with_response_layers(app)
 }
 

@@ -44,6 +44,7 @@ async fn get(router: axum::Router, path: &str) -> Reply {
     send(
         router,
         Request::get(path)
+            .header(header::HOST, "127.0.0.1:8080")
             .header(header::ACCEPT, "text/html")
             .body(Body::empty())
             .unwrap(),
@@ -298,6 +299,7 @@ fn html_and_wasm_are_compressed() {
             ("/pkg/sentry_tenants_app_bg.wasm", "gzip"),
         ] {
             let req = Request::get(path)
+                .header(header::HOST, "127.0.0.1:8080")
                 .header(header::ACCEPT_ENCODING, encoding)
                 .body(Body::empty())
                 .unwrap();
@@ -337,6 +339,7 @@ fn cross_site_posts_are_refused_and_nothing_is_written() {
         let get_instead = send(
             dashboard_router(&c, false),
             Request::get("/actions/tenants/acme/suspend")
+                .header(header::HOST, "127.0.0.1:8080")
                 .body(Body::empty())
                 .unwrap(),
         )
@@ -344,6 +347,107 @@ fn cross_site_posts_are_refused_and_nothing_is_written() {
         assert_eq!(get_instead.status, StatusCode::METHOD_NOT_ALLOWED);
         assert!(c.log.writes().is_empty());
         assert!(!c.tenant("acme").await.spec.suspended);
+    })
+}
+
+/// A page on `rebind.example:8080` whose name was made to resolve to 127.0.0.1 is same-origin with
+/// itself: the browser sends `Sec-Fetch-Site: same-origin` and an Origin equal to the Host. Only the
+/// Host tells, and every route refuses it before anything else — pages, data, live events, posts.
+#[test]
+fn a_dns_rebinding_host_is_refused_on_every_route_and_nothing_is_written() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        for path in [
+            "/",
+            "/tenants",
+            "/tenants/acme",
+            "/runs",
+            "/events",
+            "/pkg/sentry_tenants_app.js",
+        ] {
+            let reply = send(
+                dashboard_router(&c, false),
+                Request::get(path)
+                    .header(header::HOST, "rebind.example:8080")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::FORBIDDEN, "GET {path}");
+            assert_eq!(
+                reply.body,
+                "the dashboard does not answer to Host \"rebind.example:8080\": open it through 127.0.0.1, localhost or [::1] (a port-forward), or start the operator with --dashboard-allowed-host NAME"
+            );
+            assert!(!reply.body.contains("acme"), "GET {path} leaked a page");
+        }
+        let mut post = form_post(
+            "/actions/tenants/acme/suspend",
+            "",
+            Some("http://rebind.example:8080"),
+            false,
+        );
+        post.headers_mut()
+            .insert(header::HOST, "rebind.example:8080".parse().unwrap());
+        post.headers_mut()
+            .insert("sec-fetch-site", "same-origin".parse().unwrap());
+        assert_eq!(
+            send(dashboard_router(&c, false), post).await.status,
+            StatusCode::FORBIDDEN
+        );
+        assert!(
+            c.log.all().is_empty(),
+            "nothing reached the API: {:?}",
+            c.log.all()
+        );
+        assert!(!c.tenant("acme").await.spec.suspended);
+        // The names a port-forward is reached by, on any local port, are answered.
+        for host in ["127.0.0.1:9000", "localhost:8080", "[::1]:8080"] {
+            let reply = send(
+                dashboard_router(&c, false),
+                Request::get("/tenants")
+                    .header(header::HOST, host)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::OK, "{host}");
+        }
+    })
+}
+
+/// Browsers drop tabs and newlines from a URL, so `/\t/evil.example` becomes `//evil.example`:
+/// another site. A return path is checked as the browser will read it.
+#[test]
+fn a_crafted_return_path_cannot_send_the_browser_to_another_site() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        for crafted in [
+            "/%09/evil.example",
+            "/%0A/evil.example",
+            "/%0D%0A/evil.example",
+            "%09//evil.example",
+            "//evil.example",
+            "/%5Cevil.example",
+            "https://evil.example/",
+        ] {
+            let reply = send(
+                dashboard_router(&c, false),
+                form_post(
+                    "/actions/tenants/acme/suspend",
+                    &format!("return_to={crafted}"),
+                    SAME,
+                    false,
+                ),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::SEE_OTHER, "{crafted}");
+            let location = reply.headers[header::LOCATION].to_str().unwrap();
+            assert!(
+                location.starts_with("/tenants?notice="),
+                "{crafted} sent the browser to {location:?}"
+            );
+        }
     })
 }
 

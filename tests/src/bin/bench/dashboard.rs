@@ -137,6 +137,7 @@ async fn render(router: &axum::Router, path: &str) -> Bytes {
         .clone()
         .oneshot(
             Request::get(path)
+                .header(header::HOST, "127.0.0.1:8080")
                 .header(header::ACCEPT, "text/html")
                 .body(Body::empty())
                 .unwrap(),
