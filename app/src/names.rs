@@ -86,6 +86,17 @@ impl fmt::Display for TenantName {
     }
 }
 
+/// Whether `name` can be a RunJob's: a DNS label (what the CRD's rule admits, [`DNS_LABEL_PATTERN`]).
+pub fn is_run_job_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let inner = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+    let end = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    name.len() <= MAX_RUN_JOB_NAME
+        && end(bytes.first())
+        && end(bytes.last())
+        && bytes.iter().all(inner)
+}
+
 pub fn validate_tenant_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
         return Err(NameError::Empty);
@@ -122,6 +133,28 @@ pub fn validate_display_name(display: &str) -> Result<(), NameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_job_name_is_a_dns_label() {
+        let longest = "a".repeat(63);
+        for ok in ["acme-provision-1", "0-run", "a", longest.as_str()] {
+            assert!(is_run_job_name(ok), "{ok}");
+        }
+        let too_long = "a".repeat(64);
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Acme",
+            "a/status",
+            "a b",
+            "a.b",
+            "a,b",
+            too_long.as_str(),
+        ] {
+            assert!(!is_run_job_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn accepts_dns_labels_that_start_with_a_letter() {

@@ -24,6 +24,7 @@ use crate::controller::runjob::LOG_TAIL_LINES;
 use crate::controller::{Stores, cached_or_fetched};
 use crate::crd::{RunAction, RunJob, Tenant, TenantPhase};
 use crate::leader::LEASE_NAME;
+use crate::names::TenantName;
 
 pub struct ClusterBackend {
     pub client: Client,
@@ -233,6 +234,8 @@ impl Backend for ClusterBackend {
     fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>> {
         let name = name.to_owned();
         Box::pin(async move {
+            // Not a tenant's name (`acme/status` is a subresource's path): nothing to ask the API.
+            TenantName::parse(&name).ok()?;
             let t = self.tenant_with_log_tails(&name).await?;
             let mut runs = self.stores.runs_of(&self.namespace, &name);
             newest_first(&mut runs);
@@ -275,6 +278,9 @@ impl Backend for ClusterBackend {
     fn run(&self, name: &str) -> BoxFuture<'_, Option<RunDetail>> {
         let name = name.to_owned();
         Box::pin(async move {
+            if !crate::names::is_run_job_name(&name) {
+                return None;
+            }
             let r = self
                 .stores
                 .runjobs

@@ -451,6 +451,36 @@ fn a_crafted_return_path_cannot_send_the_browser_to_another_site() {
     })
 }
 
+/// `acme/status` addresses the status subresource and `acme,involvedObject.kind=Pod` would widen an
+/// Events field selector: a page for something that cannot be a tenant's or a run's name says it does
+/// not exist without asking the API anything.
+#[test]
+fn a_name_that_cannot_be_a_tenants_or_a_runs_never_reaches_the_api() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        for path in [
+            "/tenants/acme%2Fstatus",
+            "/tenants/acme%2C%20involvedObject.kind%3DPod",
+            "/tenants/Acme",
+            "/tenants/acme%20",
+            "/runs/acme-provision-1%2Fstatus",
+            "/runs/ACME",
+        ] {
+            let reply = get(dashboard_router(&c, false), path).await;
+            assert_eq!(reply.status, StatusCode::OK, "{path}");
+            // The page each kind shows when there is nothing by that name.
+            let nothing = if path.starts_with("/runs/") {
+                "This run has been cleaned up"
+            } else {
+                "This tenant does not exist"
+            };
+            assert!(reply.body.contains(nothing), "{path}: {}", reply.body);
+        }
+        assert!(c.log.all().is_empty(), "asked the API: {:#?}", c.log.all());
+    })
+}
+
 #[test]
 fn read_only_mode_has_no_mutating_route_at_all() {
     block_on(async {
