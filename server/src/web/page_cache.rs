@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::body::{Body, Bytes, to_bytes};
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -138,11 +138,37 @@ pub async fn reuse_rendered_pages(
         return response;
     }
     let (parts, body) = response.into_parts();
-    let Ok(body) = to_bytes(body, MAX_PAGE).await else {
-        return Response::from_parts(parts, Body::empty());
-    };
-    cache.put(key, at, Kept::new(parts.headers.clone(), &body, nonce));
-    Response::from_parts(parts, Body::from(body))
+    match read_at_most(body, MAX_PAGE).await {
+        Read::Whole(body) => {
+            cache.put(key, at, Kept::new(parts.headers.clone(), &body, nonce));
+            Response::from_parts(parts, Body::from(body))
+        }
+        Read::PassOn(body) => Response::from_parts(parts, body),
+    }
+}
+
+enum Read {
+    /// The whole body, at most the limit: it may be kept.
+    Whole(Bytes),
+    /// Larger than the limit, or cut by an error: what was read and the rest, passed on unkept.
+    PassOn(Body),
+}
+
+async fn read_at_most(body: Body, limit: usize) -> Read {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut read = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) if read.len() + chunk.len() <= limit => read.extend_from_slice(&chunk),
+            chunk => {
+                let rest = futures::stream::once(async { chunk }).chain(stream);
+                let head = futures::stream::once(async move { Ok(Bytes::from(read)) });
+                return Read::PassOn(Body::from_stream(head.chain(rest)));
+            }
+        }
+    }
+    Read::Whole(Bytes::from(read))
 }
 
 /// The nonce a rendered page's CSP allows (`'nonce-…'`).
@@ -193,6 +219,42 @@ mod tests {
             "the first ones are kept"
         );
         assert!(cache.get("/tenants?x=999").is_none());
+    }
+
+    /// 10,000 tenants with long display names render past the limit: such a page is served whole,
+    /// only not kept.
+    #[tokio::test]
+    async fn a_page_over_the_size_limit_is_served_whole_and_not_kept() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let big = "x".repeat(MAX_PAGE + 1024);
+        let page = big.clone();
+        let (_tx, rx) = watch::channel(0);
+        let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
+        let app = axum::Router::new()
+            .route(
+                "/tenants",
+                axum::routing::get(move || {
+                    let page = page.clone();
+                    async move {
+                        (
+                            [(header::CONTENT_SECURITY_POLICY, "script-src 'nonce-abc'")],
+                            page,
+                        )
+                    }
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                cache.clone(),
+                reuse_rendered_pages,
+            ));
+        let request = Request::get("/tenants").body(Body::empty()).unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.len(), big.len(), "the whole page, not an empty one");
+        assert_eq!(body, big.as_bytes());
+        assert!(cache.get("/tenants").is_none(), "too large to keep");
     }
 
     #[test]
