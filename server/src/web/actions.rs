@@ -144,31 +144,9 @@ fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
     url
 }
 
-/// Strips earlier `notice`/`error`/`confirm` parameters so messages do not pile up in the URL.
+/// Strips earlier messages and the confirmation's parameters so they do not pile up in the URL.
 fn without_messages(path: &str) -> String {
-    let Some((base, query)) = path.split_once('?') else {
-        return path.to_owned();
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|p| {
-            ![
-                "notice=",
-                "error=",
-                "confirm=",
-                "tenant=",
-                "name=",
-                "display_name=",
-            ]
-            .iter()
-            .any(|k| p.starts_with(k))
-        })
-        .collect();
-    if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    }
+    super::flash::without_params(path, |key| key == "confirm" || key == "tenant")
 }
 
 /// JSON for the hydrated page, a 303 back for a plain form post.
@@ -200,7 +178,8 @@ fn reply(
         pairs.extend_from_slice(echo);
         with_query(&without_messages(return_to), &pairs)
     };
-    Redirect::to(&target).into_response()
+    // Signed, so that only this redirect can make the page show the message.
+    Redirect::to(&super::flash::signed_url(&target)).into_response()
 }
 
 #[derive(Deserialize)]

@@ -29,6 +29,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use super::actions::{self, Actions};
 use super::assets;
 use super::backend::ClusterBackend;
+use super::flash::only_signed_messages;
 use super::hosts::{AllowedHosts, only_allowed_hosts};
 use super::page_cache::{PageCache, reuse_rendered_pages};
 
@@ -78,7 +79,9 @@ pub fn router(dashboard: Dashboard) -> Router {
         .layer(middleware::from_fn_with_state(
             PageCache::new(dashboard.changes.clone(), dashboard.backend.clock.clone()),
             reuse_rendered_pages,
-        ));
+        ))
+        // Before a page is rendered or reused: a message in its address must be one we signed.
+        .layer(middleware::from_fn(only_signed_messages));
 
     let server_fns = {
         let backend = backend.clone();

@@ -4,6 +4,7 @@ pub mod actions;
 pub mod assets;
 pub mod backend;
 pub mod dashboard;
+pub mod flash;
 pub mod hosts;
 pub mod page_cache;
 

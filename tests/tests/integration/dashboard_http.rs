@@ -481,6 +481,51 @@ fn a_name_that_cannot_be_a_tenants_or_a_runs_never_reaches_the_api() {
     })
 }
 
+/// A link can put any text in `?notice=`/`?error=`; the dashboard shows only the messages its own
+/// redirects signed, and sends the browser away from a URL carrying any other (so the page hydrated
+/// from the address bar shows none either).
+#[test]
+fn a_link_cannot_forge_a_notice_or_an_error() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let forged = "Your%20session%20expired%3A%20log%20in%20at%20evil.example";
+        for query in [
+            format!("notice={forged}"),
+            format!("error={forged}&name=acme"),
+            format!("phase=Active&notice={forged}&sig=00"),
+        ] {
+            let reply = get(dashboard_router(&c, false), &format!("/tenants?{query}")).await;
+            assert_eq!(reply.status, StatusCode::SEE_OTHER, "{query}");
+            let location = reply.headers[header::LOCATION].to_str().unwrap();
+            assert!(
+                location == "/tenants" || location == "/tenants?phase=Active",
+                "{query} → {location}"
+            );
+            assert!(!reply.body.contains("evil.example"), "{query}");
+        }
+        // What an action's own redirect carries is shown.
+        let done = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/acme/suspend",
+                "return_to=%2Ftenants",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        let location = done.headers[header::LOCATION].to_str().unwrap().to_owned();
+        assert!(location.contains("&sig="), "{location}");
+        let page = get(dashboard_router(&c, false), &location).await;
+        assert_eq!(page.status, StatusCode::OK, "{location}");
+        assert!(page.body.contains("acme suspended"), "{}", page.body);
+        // Its signature does not carry over to other text.
+        let altered = location.replacen("notice=acme", "notice=evil", 1);
+        let reply = get(dashboard_router(&c, false), &altered).await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{altered}");
+    })
+}
+
 #[test]
 fn read_only_mode_has_no_mutating_route_at_all() {
     block_on(async {
@@ -632,10 +677,13 @@ fn suspend_and_resume_patch_the_spec_and_the_reconciler_does_the_rest() {
             ),
         )
         .await;
+        let location = reply.headers[header::LOCATION].to_str().unwrap();
+        let (unsigned, sig) = location.rsplit_once("&sig=").expect("a signed notice");
         assert_eq!(
-            reply.headers[header::LOCATION].to_str().unwrap(),
+            unsigned,
             "/tenants?notice=globex%20suspended%3A%20its%20ClickHouse%20logins%20are%20being%20locked"
         );
+        assert_eq!(sig.len(), 64, "HMAC-SHA256, hex");
         c.settle().await;
         assert_eq!(
             c.tenant("globex").await.phase(),
