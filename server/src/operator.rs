@@ -115,16 +115,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         changes: stores.changes.subscribe(),
         read_only,
         allowed_hosts: crate::web::hosts::AllowedHosts::new(&args.dashboard_allowed_host),
+        shutdown: shutdown_rx.clone(),
     });
     let dashboard_listener = tokio::net::TcpListener::bind(args.dashboard_addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.dashboard_addr))?;
-    let dashboard_shutdown = wait_for(shutdown_rx.clone());
-    let dashboard_server = tokio::spawn(async move {
-        axum::serve(dashboard_listener, dashboard)
-            .with_graceful_shutdown(dashboard_shutdown)
-            .await
-    });
+    let dashboard_server = tokio::spawn(crate::web::serve::serve(
+        dashboard_listener,
+        dashboard,
+        crate::web::serve::Limits::default(),
+        shutdown_rx.clone(),
+    ));
     tracing::info!(dashboard = %args.dashboard_addr, read_only, "dashboard listening");
 
     let controllers = tokio::spawn(run_controllers(ctx, writers, wait_for(shutdown_rx)));

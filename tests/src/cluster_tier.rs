@@ -306,6 +306,7 @@ impl Operator {
             changes: stores.changes.subscribe(),
             read_only: false,
             allowed_hosts: sentry_tenants::web::hosts::AllowedHosts::new(&[]),
+            shutdown: self.stop.subscribe(),
         })
     }
 

@@ -1200,6 +1200,16 @@ pub mod dashboard {
     use super::{Cluster, NS};
 
     pub fn dashboard_router(c: &Cluster, read_only: bool) -> axum::Router {
+        // No shutdown: the sender is gone, which `serve::stopped` reads as "never".
+        dashboard_router_until(c, read_only, tokio::sync::watch::channel(false).1)
+    }
+
+    /// [`dashboard_router`] whose event streams end when `shutdown` says true, as `run`'s do.
+    pub fn dashboard_router_until(
+        c: &Cluster,
+        read_only: bool,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> axum::Router {
         let stores = c.ctx.stores.clone();
         router(Dashboard {
             backend: Arc::new(ClusterBackend {
@@ -1217,6 +1227,7 @@ pub mod dashboard {
             changes: stores.changes.subscribe(),
             read_only,
             allowed_hosts: sentry_tenants::web::hosts::AllowedHosts::new(&[]),
+            shutdown,
         })
     }
 }

@@ -42,6 +42,8 @@ pub struct Dashboard {
     pub read_only: bool,
     /// The Host names answered (DNS rebinding): loopback plus `--dashboard-allowed-host`.
     pub allowed_hosts: AllowedHosts,
+    /// Says true at shutdown: open event streams end then, so the server can.
+    pub shutdown: watch::Receiver<bool>,
 }
 
 pub fn leptos_options() -> LeptosOptions {
@@ -100,7 +102,10 @@ pub fn router(dashboard: Dashboard) -> Router {
     };
     let mut app = Router::new()
         .route("/api/{*fn_name}", get(server_fns.clone()).post(server_fns))
-        .route("/events", get(events).with_state(dashboard.changes))
+        .route(
+            "/events",
+            get(events).with_state((dashboard.changes, dashboard.shutdown)),
+        )
         .route(
             "/pkg/{*path}",
             get(|p: Path<String>, h: HeaderMap| assets::serve(p, h, "pkg")),
@@ -163,7 +168,7 @@ fn set_page_csp() {
 /// One message per batch of changes (coalesced over 100 ms). The browser's EventSource reconnects by
 /// itself; `retry` keeps the gap short.
 async fn events(
-    State(changes): State<watch::Receiver<u64>>,
+    State((changes, shutdown)): State<(watch::Receiver<u64>, watch::Receiver<bool>)>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let first = futures::stream::once(async {
         Ok(Event::default()
@@ -176,6 +181,10 @@ async fn events(
         let version = *rx.borrow_and_update();
         Some((Ok(Event::default().data(version.to_string())), rx))
     });
-    Sse::new(futures::StreamExt::chain(first, updates))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    // A stream never ends by itself; at shutdown it must, or the server waits for it until killed.
+    let until_shutdown = futures::StreamExt::take_until(
+        futures::StreamExt::chain(first, updates),
+        super::serve::stopped(shutdown),
+    );
+    Sse::new(until_shutdown).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

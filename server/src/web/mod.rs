@@ -7,6 +7,7 @@ pub mod dashboard;
 pub mod flash;
 pub mod hosts;
 pub mod page_cache;
+pub mod serve;
 
 use std::sync::Arc;
 

@@ -526,6 +526,52 @@ fn a_link_cannot_forge_a_notice_or_an_error() {
     })
 }
 
+/// An open live-updates stream never ends by itself: at shutdown it must, or the server (and the pod)
+/// waits for it until the grace period kills it.
+#[test]
+fn shutdown_ends_open_event_streams_and_the_server_returns() {
+    use sentry_tenants::web::serve::{Limits, serve};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let router =
+            sentry_tenants_tests::dashboard::dashboard_router_until(&c, false, shutdown.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(listener, router, Limits::default(), shutdown));
+        let mut events = tokio::net::TcpStream::connect(addr).await.unwrap();
+        events
+            .write_all(b"GET /events HTTP/1.1\r\nhost: 127.0.0.1:8080\r\naccept: text/event-stream\r\n\r\n")
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains(": connected") {
+            let mut chunk = [0u8; 512];
+            let n = tokio::time::timeout(sentry_tenants_tests::PATIENCE, events.read(&mut chunk))
+                .await
+                .expect("the stream's first event")
+                .unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200 OK"));
+        stop.send_replace(true);
+        tokio::time::timeout(sentry_tenants_tests::PATIENCE, server)
+            .await
+            .expect("the server returns with the stream open")
+            .unwrap();
+        let mut rest = Vec::new();
+        tokio::time::timeout(
+            sentry_tenants_tests::PATIENCE,
+            events.read_to_end(&mut rest),
+        )
+        .await
+        .expect("the stream is closed")
+        .unwrap();
+    })
+}
+
 #[test]
 fn read_only_mode_has_no_mutating_route_at_all() {
     block_on(async {
