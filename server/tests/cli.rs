@@ -418,6 +418,15 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
             "error: --clickhouse-url \"ftp://x\" must be an http:// or https:// URL without spaces or quotes",
         ),
         (
+            &[
+                "install",
+                "--clickhouse-url",
+                "http://admin:s3cret@clickhouse:8123",
+            ],
+            1,
+            "error: --clickhouse-url must not carry credentials (user:password@): it is stored in a ConfigMap and shown by `kubectl get`; put them in the admin Secret",
+        ),
+        (
             &["install", "--clickhouse-admin-secret", "Bad_Secret"],
             1,
             "error: --clickhouse-admin-secret \"Bad_Secret\" is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)",

@@ -42,6 +42,10 @@ pub enum ValueError {
     #[error("--clickhouse-url {0:?} must be an http:// or https:// URL without spaces or quotes")]
     ClickHouseUrl(String),
     #[error(
+        "--clickhouse-url must not carry credentials (user:password@): it is stored in a ConfigMap and shown by `kubectl get`; put them in the admin Secret"
+    )]
+    ClickHouseUrlCredentials,
+    #[error(
         "--clickhouse-admin-secret {0:?} is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)"
     )]
     Secret(String),
@@ -65,7 +69,8 @@ impl ValueError {
         Self::check(is_image_reference(s), || Self::Image(s.to_owned()))
     }
     pub fn check_clickhouse_url(s: &str) -> Result<(), Self> {
-        Self::check(is_http_url(s), || Self::ClickHouseUrl(s.to_owned()))
+        Self::check(is_http_url(s), || Self::ClickHouseUrl(s.to_owned()))?;
+        Self::check(!has_userinfo(s), || Self::ClickHouseUrlCredentials)
     }
     pub fn check_secret(s: &str) -> Result<(), Self> {
         Self::check(is_dns_subdomain(s), || Self::Secret(s.to_owned()))
@@ -97,6 +102,15 @@ fn is_image_reference(s: &str) -> bool {
         && s.chars().all(allowed)
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && !s.ends_with([':', '/', '@'])
+}
+
+/// Whether the URL's authority carries `user[:password]@`.
+fn has_userinfo(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default()
+        .contains('@')
 }
 
 fn is_http_url(s: &str) -> bool {
@@ -602,6 +616,23 @@ pub(crate) mod tests {
                 "http://x\n",
             ],
             ValueError::ClickHouseUrl,
+        );
+        // Credentials in the URL would sit in a ConfigMap anyone with `get` can read.
+        for with_credentials in [
+            "http://admin:s3cret@clickhouse:8123",
+            "https://admin@ch.example.com",
+            "http://:pw@x/",
+        ] {
+            assert_eq!(
+                ValueError::check_clickhouse_url(with_credentials),
+                Err(ValueError::ClickHouseUrlCredentials),
+                "{with_credentials}"
+            );
+        }
+        assert_eq!(
+            ValueError::check_clickhouse_url("http://x/path@not-userinfo?q=a@b"),
+            Ok(()),
+            "an @ after the authority is no credential"
         );
         for (replicas, ok) in [(0, false), (1, true), (10, true), (11, false)] {
             let result = Values {

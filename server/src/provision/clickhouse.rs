@@ -10,7 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -64,6 +64,10 @@ pub enum Auth {
     /// `user=` and `password=` query parameters (avoid: URLs get logged).
     Query,
 }
+
+/// The largest answer any statement of ours can get (a version string, a count, nothing): a larger
+/// one is not ClickHouse answering us, and is not read.
+pub const MAX_ANSWER: usize = 1 << 20;
 
 pub struct HttpClickHouse {
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -141,23 +145,45 @@ impl ClickHouse for HttpClickHouse {
 
     async fn query_as(&self, user: &str, password: &str, sql: &str) -> Result<String, ChError> {
         let request = self.request(user, password, sql)?;
-        let call = self.client.request(request);
-        let response = tokio::time::timeout(self.timeout, call)
+        // One deadline for the whole exchange: a server that sends its headers and then stalls the
+        // body must not hold the run past it either.
+        tokio::time::timeout(self.timeout, self.exchange(request))
             .await
             .map_err(|_| {
-                ChError::Unreachable(format!("no answer within {}s", self.timeout.as_secs()))
+                ChError::Unreachable(format!(
+                    "no complete answer within {}s",
+                    self.timeout.as_secs_f64()
+                ))
             })?
+    }
+}
+
+impl HttpClickHouse {
+    /// The time one statement may take, answer included (default 30 s).
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self { timeout, ..self }
+    }
+
+    async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<String, ChError> {
+        let response = self
+            .client
+            .request(request)
+            .await
             .map_err(|e| ChError::Unreachable(root_cause(&e)))?;
         let status = response.status();
         let header_code = response
             .headers()
             .get("X-ClickHouse-Exception-Code")
             .and_then(|v| v.to_str().ok()?.parse().ok());
-        let body = response
-            .into_body()
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
             .collect()
             .await
-            .map_err(|e| ChError::Unreachable(root_cause(&e)))?;
+            .map_err(|e| match e.downcast_ref::<LengthLimitError>() {
+                Some(_) => {
+                    ChError::Unreachable(format!("its answer is larger than {MAX_ANSWER} bytes"))
+                }
+                None => ChError::Unreachable(root_cause(e.as_ref())),
+            })?;
         let text = String::from_utf8_lossy(&body.to_bytes()).into_owned();
         if status == StatusCode::OK {
             return Ok(text);
@@ -216,6 +242,71 @@ mod tests {
                 "Code: 193, e.displayText() = DB::Exception: Wrong password for user admin, e.what() = DB::Exception\n"
             ),
             "Code: 193, DB::Exception: Wrong password for user admin"
+        );
+    }
+
+    /// A "ClickHouse" on a local port that answers every connection with `reply`, then holds it.
+    async fn answering(reply: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let reply = reply.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    let _ = stream.write_all(&reply).await;
+                    // Never finishes the body, never closes.
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        url
+    }
+
+    /// How long a test waits before calling a hang a hang.
+    const PATIENCE: Duration = Duration::from_secs(120);
+
+    #[tokio::test]
+    async fn a_body_that_stops_coming_ends_the_call_at_its_deadline() {
+        let url = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n24.8".to_vec()).await;
+        let ch = HttpClickHouse::new(&url, "admin", "pw", Auth::Headers)
+            .unwrap()
+            .with_timeout(Duration::from_millis(300));
+        let answer = tokio::time::timeout(PATIENCE, ch.query("SELECT version()"))
+            .await
+            .expect("the call ends by itself");
+        assert_eq!(
+            answer.unwrap_err().to_string(),
+            ChError::Unreachable("no complete answer within 0.3s".into()).to_string()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_any_of_ours_is_refused_unread() {
+        let mut reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+            MAX_ANSWER + 1
+        )
+        .into_bytes();
+        reply.extend(std::iter::repeat_n(b'x', MAX_ANSWER + 1));
+        let url = answering(reply).await;
+        let ch = HttpClickHouse::new(&url, "admin", "pw", Auth::Headers).unwrap();
+        let answer = tokio::time::timeout(PATIENCE, ch.query("SELECT version()"))
+            .await
+            .expect("the call ends by itself");
+        let error = match answer {
+            Ok(text) => panic!("read an answer of {} bytes", text.len()),
+            Err(e) => e,
+        };
+        assert_eq!(
+            error.to_string(),
+            ChError::Unreachable(format!("its answer is larger than {MAX_ANSWER} bytes"))
+                .to_string()
         );
     }
 }
