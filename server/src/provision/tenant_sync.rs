@@ -348,31 +348,26 @@ mod tests {
 
     #[test]
     fn the_endpoint_is_split_with_clickhouse_default_ports() {
-        use super::endpoint;
-        let parts = |url| {
-            let (scheme, host, port) = endpoint(url);
-            (scheme.to_owned(), host, port)
-        };
-        let p = |scheme: &str, host: &str, port| (scheme.to_owned(), host.to_owned(), port);
-        assert_eq!(
-            parts("http://clickhouse.db:8123"),
-            p("http", "clickhouse.db", 8123)
-        );
-        assert_eq!(
-            parts("http://clickhouse.db"),
-            p("http", "clickhouse.db", 8123)
-        );
-        assert_eq!(
-            parts("https://ch.example.com/"),
-            p("https", "ch.example.com", 8443)
-        );
-        assert_eq!(
-            parts("https://ch.example.com:9443/path?x=1"),
-            p("https", "ch.example.com", 9443)
-        );
-        assert_eq!(parts("http://10.0.0.7:18123"), p("http", "10.0.0.7", 18123));
-        assert_eq!(parts("http://[fd00::7]:8123"), p("http", "fd00::7", 8123));
-        assert_eq!(parts("https://[fd00::7]"), p("https", "fd00::7", 8443));
+        for (url, scheme, host, port) in [
+            ("http://clickhouse.db:8123", "http", "clickhouse.db", 8123),
+            ("http://clickhouse.db", "http", "clickhouse.db", 8123),
+            ("https://ch.example.com/", "https", "ch.example.com", 8443),
+            (
+                "https://ch.example.com:9443/path?x=1",
+                "https",
+                "ch.example.com",
+                9443,
+            ),
+            ("http://10.0.0.7:18123", "http", "10.0.0.7", 18123),
+            ("http://[fd00::7]:8123", "http", "fd00::7", 8123),
+            ("https://[fd00::7]", "https", "fd00::7", 8443),
+        ] {
+            assert_eq!(
+                super::endpoint(url),
+                (scheme, host.to_owned(), port),
+                "{url}"
+            );
+        }
     }
 
     #[test]

@@ -143,6 +143,16 @@ mod tests {
         (addr, stop, server)
     }
 
+    /// A connection that has sent one whole request for `/`.
+    async fn asked(addr: SocketAddr) -> TcpStream {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        stream
+    }
+
     /// Everything the server sends until it closes the connection.
     async fn until_closed(stream: &mut TcpStream) -> String {
         let mut out = Vec::new();
@@ -167,10 +177,7 @@ mod tests {
         let said = until_closed(&mut slow).await;
         assert!(!said.contains("200 OK"), "{said}");
         // An idle connection after a request ends the same way.
-        let mut idle = TcpStream::connect(addr).await.unwrap();
-        idle.write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-            .await
-            .unwrap();
+        let mut idle = asked(addr).await;
         let said = until_closed(&mut idle).await;
         assert!(said.starts_with("HTTP/1.1 200 OK"), "{said}");
     }
@@ -183,10 +190,7 @@ mod tests {
         };
         let (addr, _stop, _server) = started(limits).await;
         // The one allowed connection, held open and served.
-        let mut held = TcpStream::connect(addr).await.unwrap();
-        held.write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-            .await
-            .unwrap();
+        let mut held = asked(addr).await;
         let mut first = [0u8; 15];
         held.read_exact(&mut first).await.unwrap();
         assert_eq!(&first, b"HTTP/1.1 200 OK");
@@ -206,10 +210,7 @@ mod tests {
     #[tokio::test]
     async fn shutdown_stops_accepting_and_returns_once_connections_end() {
         let (addr, stop, server) = started(Limits::default()).await;
-        let mut open = TcpStream::connect(addr).await.unwrap();
-        open.write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-            .await
-            .unwrap();
+        let mut open = asked(addr).await;
         let mut first = [0u8; 15];
         open.read_exact(&mut first).await.unwrap();
         stop.send_replace(true);
