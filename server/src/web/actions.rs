@@ -5,18 +5,22 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::{Form, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ObjectMeta, Patch, PostParams};
-use kube::{Client, ResourceExt};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
 use sentry_tenants_app::forms::ActionReply;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::serve::Peer;
 use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
 use crate::crd::{RunAction, Tenant, TenantSpec};
 use crate::names::{TenantName, validate_display_name};
@@ -198,6 +202,7 @@ pub struct ReturnForm {
 
 async fn create_tenant(
     State(a): State<Arc<Actions>>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     Form(form): Form<CreateForm>,
 ) -> Response {
@@ -206,6 +211,7 @@ async fn create_tenant(
     let display = form.display_name.trim().to_owned();
     let echo = [("name", name.as_str()), ("display_name", display.as_str())];
     let outcome = create(&a, &name, &display).await;
+    attribute(&a, "Create", &name, &outcome, peer).await;
     reply(&headers, outcome, &return_to, &echo)
 }
 
@@ -221,6 +227,7 @@ async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(a.namespace.clone()),
+            annotations: Some(made_by_the_dashboard()),
             ..ObjectMeta::default()
         },
         spec: TenantSpec {
@@ -257,10 +264,12 @@ async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
 async fn provision(
     State(a): State<Arc<Actions>>,
     Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     Form(form): Form<ReturnForm>,
 ) -> Response {
     let outcome = start_provision(&a, &name).await;
+    attribute(&a, "Provision", &name, &outcome, peer).await;
     reply(
         &headers,
         outcome,
@@ -292,7 +301,8 @@ async fn start_provision(a: &Actions, name: &str) -> Outcome {
         ));
     }
     let run_name = crate::controller::tenant::next_provision_run(&tenant, &runs);
-    let run = new_run_job(&tenant, &run_name, RunAction::Provision);
+    let mut run = new_run_job(&tenant, &run_name, RunAction::Provision);
+    run.metadata.annotations = Some(made_by_the_dashboard());
     let api: Api<crate::crd::RunJob> = Api::namespaced(a.client.clone(), &a.namespace);
     match api
         .create(
@@ -315,29 +325,34 @@ async fn start_provision(a: &Actions, name: &str) -> Outcome {
 async fn suspend(
     State(a): State<Arc<Actions>>,
     Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     Form(form): Form<ReturnForm>,
 ) -> Response {
-    suspend_or_resume(&a, &name, &headers, &form, true).await
+    suspend_or_resume(&a, &name, peer, &headers, &form, true).await
 }
 
 async fn resume(
     State(a): State<Arc<Actions>>,
     Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     Form(form): Form<ReturnForm>,
 ) -> Response {
-    suspend_or_resume(&a, &name, &headers, &form, false).await
+    suspend_or_resume(&a, &name, peer, &headers, &form, false).await
 }
 
 async fn suspend_or_resume(
     a: &Actions,
     name: &str,
+    peer: Option<Extension<Peer>>,
     headers: &HeaderMap,
     form: &ReturnForm,
     suspended: bool,
 ) -> Response {
     let outcome = set_suspended(a, name, suspended).await;
+    let action = if suspended { "Suspend" } else { "Resume" };
+    attribute(a, action, name, &outcome, peer).await;
     reply(
         headers,
         outcome,
@@ -367,6 +382,67 @@ async fn set_suspended(a: &Actions, name: &str, suspended: bool) -> Outcome {
             &format!("{} {name}", if suspended { "suspend" } else { "resume" }),
             &e,
         ),
+    }
+}
+
+/// On what a dashboard action creates: the operator's ServiceAccount made it, for someone at the
+/// dashboard (who, the Event and the log line say as far as the dashboard can tell).
+pub const CREATED_BY: &str = "sentry.io/created-by";
+
+fn made_by_the_dashboard() -> std::collections::BTreeMap<String, String> {
+    [(CREATED_BY.to_owned(), "dashboard".to_owned())].into()
+}
+
+/// Every action is the operator's ServiceAccount acting for whoever reached the dashboard, so the
+/// apiserver's audit log names only the operator. The dashboard keeps its own record: a structured log
+/// line (action, tenant, outcome, the connection's peer) and an Event on the Tenant.
+async fn attribute(
+    a: &Actions,
+    action: &str,
+    tenant: &str,
+    outcome: &Outcome,
+    peer: Option<Extension<Peer>>,
+) {
+    let peer = peer.map_or_else(|| "unknown".to_owned(), |Extension(Peer(p))| p.to_string());
+    if outcome.ok {
+        tracing::info!(action, tenant, outcome = %outcome.message, %peer, "dashboard action");
+    } else {
+        tracing::warn!(action, tenant, outcome = %outcome.message, %peer, "dashboard action failed");
+    }
+    // An Event needs a tenant to hang on: none for a name that is not one, or a tenant not there.
+    if TenantName::parse(tenant).is_err() || outcome.status == StatusCode::NOT_FOUND {
+        return;
+    }
+    let regarding = ObjectReference {
+        api_version: Some(Tenant::api_version(&()).into_owned()),
+        kind: Some(Tenant::kind(&()).into_owned()),
+        name: Some(tenant.to_owned()),
+        namespace: Some(a.namespace.clone()),
+        ..ObjectReference::default()
+    };
+    let reporter = Reporter {
+        controller: "sentry-tenants-dashboard".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let event = Event {
+        type_: if outcome.ok {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: "DashboardAction".into(),
+        note: Some(format!(
+            "{action} from the dashboard (peer {peer}): {}",
+            outcome.message
+        )),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(error) = Recorder::new(a.client.clone(), reporter)
+        .publish(&event, &regarding)
+        .await
+    {
+        tracing::warn!(%error, "could not record the dashboard action as an Event");
     }
 }
 

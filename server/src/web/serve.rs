@@ -19,6 +19,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+/// The address a request's connection came from (behind a port-forward: the forwarder's end), for
+/// the dashboard's record of who acted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
+
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// How long a request's header may take to arrive, counted from when the connection is ready
@@ -55,9 +60,9 @@ pub async fn serve(
     let mut connections = JoinSet::new();
     let mut accepting = pin!(stopped(shutdown.clone()));
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 // Out of file descriptors and the like: the next accept may work.
                 Err(error) => {
                     tracing::warn!(%error, "dashboard: cannot accept a connection");
@@ -72,7 +77,7 @@ pub async fn serve(
                 let app = app.clone();
                 let shutdown = shutdown.clone();
                 connections.spawn(async move {
-                    serve_connection(stream, app, limits, shutdown).await;
+                    serve_connection(stream, Peer(peer), app, limits, shutdown).await;
                     drop(permit);
                 });
             }
@@ -88,6 +93,7 @@ pub async fn serve(
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: Peer,
     app: Router,
     limits: Limits,
     shutdown: watch::Receiver<bool>,
@@ -96,7 +102,11 @@ async fn serve_connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    let service = TowerToHyperService::new(app);
+    let service = TowerToHyperService::new(
+        tower::ServiceBuilder::new()
+            .layer(axum::Extension(peer))
+            .service(app),
+    );
     let mut connection = pin!(builder.serve_connection(TokioIo::new(stream), service));
     tokio::select! {
         _ = connection.as_mut() => return,

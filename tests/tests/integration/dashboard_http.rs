@@ -572,6 +572,93 @@ fn shutdown_ends_open_event_streams_and_the_server_returns() {
     })
 }
 
+/// The operator's ServiceAccount acts for whoever reached the dashboard, so the apiserver's audit log
+/// names only the operator: each action is recorded as an Event on its tenant (with the connection's
+/// peer) and what it creates says the dashboard made it.
+#[test]
+fn every_action_is_recorded_on_its_tenant_and_marks_what_it_creates() {
+    use sentry_tenants::web::serve::{Limits, serve};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        for (path, form) in [
+            ("/actions/tenants", "name=initech&display_name=Initech"),
+            ("/actions/tenants/initech/provision", ""),
+            ("/actions/tenants/nobody/resume", ""),
+        ] {
+            let reply = send(
+                dashboard_router(&c, false),
+                form_post(path, form, SAME, false),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::SEE_OTHER, "{path}");
+        }
+        // One through the server `run` uses, which knows the connection's peer.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(
+            listener,
+            dashboard_router(&c, false),
+            Limits::default(),
+            shutdown,
+        ));
+        let mut post = tokio::net::TcpStream::connect(addr).await.unwrap();
+        post.write_all(
+            b"POST /actions/tenants/globex/suspend HTTP/1.1\r\nhost: 127.0.0.1:8080\r\norigin: http://127.0.0.1:8080\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let mut answer = String::new();
+        post.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+        let client_side = post.local_addr().unwrap().to_string();
+        stop.send_replace(true);
+        server.await.unwrap();
+
+        let recorded: Vec<(String, String, String, String)> = c
+            .log
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "DashboardAction")
+            .map(|e| {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                (
+                    text(&e["regarding"]["name"]),
+                    text(&e["action"]),
+                    text(&e["type"]),
+                    text(&e["note"]),
+                )
+            })
+            .collect();
+        assert_eq!(
+            recorded,
+            [
+                ("initech".into(), "Create".into(), "Normal".into(),
+                 "Create from the dashboard (peer unknown): Tenant initech created. Provision it to create its database and credentials.".into()),
+                ("initech".into(), "Provision".into(), "Normal".into(),
+                 "Provision from the dashboard (peer unknown): Provisioning initech: run initech-provision-1 started".into()),
+                ("globex".into(), "Suspend".into(), "Normal".into(),
+                 format!("Suspend from the dashboard (peer {client_side}): globex suspended: its ClickHouse logins are being locked")),
+            ],
+            "no Event for a tenant that does not exist"
+        );
+        let made_by = |annotations: Option<std::collections::BTreeMap<String, String>>| {
+            annotations
+                .unwrap_or_default()
+                .get("sentry.io/created-by")
+                .cloned()
+        };
+        assert_eq!(
+            made_by(c.tenant("initech").await.metadata.annotations),
+            Some("dashboard".into())
+        );
+        let run = c.runjobs().get("initech-provision-1").await.unwrap();
+        assert_eq!(made_by(run.metadata.annotations), Some("dashboard".into()));
+    })
+}
+
 #[test]
 fn read_only_mode_has_no_mutating_route_at_all() {
     block_on(async {
