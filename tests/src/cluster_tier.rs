@@ -168,6 +168,27 @@ impl Setup {
             .collect()
     }
 
+    /// A ServiceAccount of the namespace bound (RoleBinding, by kubectl) to the built-in `cluster_role`.
+    pub fn account_bound_to(&self, account: &str, cluster_role: &str) {
+        let role = format!("--clusterrole={cluster_role}");
+        let subject = format!("--serviceaccount={}:{account}", self.ns);
+        for args in [
+            vec!["create", "serviceaccount", account, "-n", &self.ns],
+            vec![
+                "create",
+                "rolebinding",
+                account,
+                &role,
+                &subject,
+                "-n",
+                &self.ns,
+            ],
+        ] {
+            let (ok, _, err) = self.plane.kubectl(&args, None);
+            assert!(ok, "kubectl {args:?}: {err}");
+        }
+    }
+
     /// A client authenticated as one of the namespace's ServiceAccounts.
     pub async fn as_account(&self, account: &str) -> (Client, PathBuf) {
         let path = service_account_kubeconfig(self.plane, &self.admin, &self.ns, account).await;

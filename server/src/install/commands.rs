@@ -154,7 +154,39 @@ pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
         "  (or: kubectl -n {ns} port-forward deploy/sentry-tenants 8080 and open http://127.0.0.1:8080/)"
     );
     eprintln!("Check the install:   sentry-tenants check -n {ns}");
+    print_who_can_act(&client, ns, values.read_only_dashboard).await;
     Ok(())
+}
+
+/// Who reaches the dashboard — whoever may port-forward to the operator's pod — and acts, through
+/// it, as the operator's ServiceAccount.
+async fn print_who_can_act(client: &kube::Client, ns: &str, read_only: bool) {
+    const SHOWN: usize = 20;
+    if read_only {
+        eprintln!(
+            "\nThe dashboard is read-only: whoever may port-forward to its pod may look, nobody may act."
+        );
+        return;
+    }
+    let who = match super::who_can::port_forwarders(client, ns).await {
+        Ok(who) => who,
+        Err(e) => {
+            let why = crate::cluster::describe("list the RBAC that grants port-forward", &e);
+            eprintln!("\nWho can act through the dashboard: unknown ({why})");
+            return;
+        }
+    };
+    eprintln!(
+        "\nWho can act through the dashboard (may port-forward to its pod in {ns}; every action there runs as the operator's ServiceAccount):"
+    );
+    for (subject, via) in who.iter().take(SHOWN) {
+        let via: Vec<&str> = via.iter().map(String::as_str).collect();
+        eprintln!("  {subject} (through {})", via.join(", "));
+    }
+    if who.len() > SHOWN {
+        eprintln!("  … and {} more", who.len() - SHOWN);
+    }
+    eprintln!("On a shared cluster, install with --read-only-dashboard.");
 }
 
 #[derive(Args, Debug, Clone)]

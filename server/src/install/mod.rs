@@ -9,6 +9,7 @@ pub mod progress;
 pub mod pss;
 pub mod rollout;
 pub mod uninstall;
+pub mod who_can;
 
 pub use apply::{InstallError, InstallOptions, InstallReport, install};
 pub use bundle::{BundleError, ValueError, Values};

@@ -397,25 +397,8 @@ async fn aggregated_roles_let_namespace_viewers_and_editors_use_tenants_until_dr
         "{report:#?}"
     );
     // People bound to Kubernetes' own view and edit roles in this namespace, nothing else.
-    for (account, role) in [("viewer", "view"), ("editor", "edit")] {
-        let binding = format!("--clusterrole={role}");
-        let subject = format!("--serviceaccount={}:{account}", s.ns);
-        for args in [
-            vec!["create", "serviceaccount", account, "-n", &s.ns],
-            vec![
-                "create",
-                "rolebinding",
-                account,
-                &binding,
-                &subject,
-                "-n",
-                &s.ns,
-            ],
-        ] {
-            let (ok, _, err) = s.plane.kubectl(&args, None);
-            assert!(ok, "kubectl {args:?}: {err}");
-        }
-    }
+    s.account_bound_to("viewer", "view");
+    s.account_bound_to("editor", "edit");
     let viewer: Api<Tenant> = Api::namespaced(s.as_account("viewer").await.0, &s.ns);
     let editor: Api<Tenant> = Api::namespaced(s.as_account("editor").await.0, &s.ns);
     let acme: Tenant = serde_json::from_value(serde_json::json!({
@@ -557,4 +540,35 @@ async fn the_cli_install_names_a_missing_admin_secret_and_an_image_it_cannot_pul
         "only progress lines before the error: {stderr}"
     );
     assert!(!stderr.contains("s3cret"), "the password is never printed");
+}
+
+/// `install` prints who can act through the dashboard: whoever the RBAC lets port-forward to the
+/// operator's pod, read as the authorizer reads it (aggregated `edit` included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn who_can_act_through_the_dashboard_is_read_off_the_rbac() {
+    use sentry_tenants::install::who_can::port_forwarders;
+    let s = setup("who-can").await;
+    // An account bound to the built-in edit role, and one bound to view, in the install namespace.
+    s.account_bound_to("helper", "edit");
+    s.account_bound_to("reader", "view");
+    let who = wait_until("the edit binding among the port-forwarders", async || {
+        let who = port_forwarders(&s.admin, &s.ns).await.ok()?;
+        who.contains_key(&format!("ServiceAccount {}/helper", s.ns))
+            .then_some(who)
+    })
+    .await;
+    assert_eq!(
+        who[&format!("ServiceAccount {}/helper", s.ns)]
+            .iter()
+            .collect::<Vec<_>>(),
+        [&format!("RoleBinding {}/helper", s.ns)]
+    );
+    assert!(
+        who["Group system:masters"].contains("ClusterRoleBinding cluster-admin"),
+        "{who:#?}"
+    );
+    assert!(
+        !who.contains_key(&format!("ServiceAccount {}/reader", s.ns)),
+        "view may not port-forward: {who:#?}"
+    );
 }
