@@ -106,6 +106,11 @@ pub fn without_params(path_and_query: &str, also: impl Fn(&str) -> bool) -> Stri
 /// The middleware: a page requested with messages we did not sign is redirected to the same address
 /// without them.
 pub async fn only_signed_messages(request: Request, next: Next) -> Response {
+    // leptos_axum registers the server functions (`#[server(prefix = "/api")]`) among the page routes;
+    // their query holds arguments (`name=acme`), not messages.
+    if request.uri().path().starts_with("/api/") {
+        return next.run(request).await;
+    }
     let query = request.uri().query().unwrap_or_default();
     if is_signed(query) {
         return next.run(request).await;

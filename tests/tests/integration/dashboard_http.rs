@@ -519,6 +519,18 @@ fn a_link_cannot_forge_a_notice_or_an_error() {
         let page = get(dashboard_router(&c, false), &location).await;
         assert_eq!(page.status, StatusCode::OK, "{location}");
         assert!(page.body.contains("acme suspended"), "{}", page.body);
+        // Server functions take arguments named like the messages (`name=`): they are data, not messages.
+        let data = send(
+            dashboard_router(&c, false),
+            Request::get("/api/tenant?name=acme")
+                .header(header::HOST, "127.0.0.1:8080")
+                .header(header::ACCEPT, "application/json")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(data.status, StatusCode::OK, "{}", data.body);
+        assert!(data.body.contains("acme"), "{}", data.body);
         // Its signature does not carry over to other text.
         let altered = location.replacen("notice=acme", "notice=evil", 1);
         let reply = get(dashboard_router(&c, false), &altered).await;
