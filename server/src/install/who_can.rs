@@ -27,8 +27,14 @@ pub fn allows_port_forward(rule: &PolicyRule) -> bool {
             .is_empty()
 }
 
-fn grants(rules: Option<&Vec<PolicyRule>>) -> bool {
-    rules.is_some_and(|rules| rules.iter().any(allows_port_forward))
+/// The names of the roles (Roles or ClusterRoles, as name and rules) that allow port-forward.
+fn granting<'a>(
+    roles: impl Iterator<Item = (String, Option<&'a Vec<PolicyRule>>)>,
+) -> BTreeSet<String> {
+    roles
+        .filter(|(_, rules)| rules.is_some_and(|rules| rules.iter().any(allows_port_forward)))
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// "User alice", "Group system:masters", "ServiceAccount ns/name".
@@ -52,22 +58,20 @@ pub async fn port_forwarders(
     namespace: &str,
 ) -> Result<BTreeMap<String, BTreeSet<String>>, kube::Error> {
     let all = ListParams::default();
-    let cluster_roles: BTreeSet<String> = Api::<ClusterRole>::all(client.clone())
+    let cluster_roles = Api::<ClusterRole>::all(client.clone())
         .list(&all)
         .await?
-        .items
-        .iter()
-        .filter(|r| grants(r.rules.as_ref()))
-        .map(|r| r.name_any())
-        .collect();
-    let roles: BTreeSet<String> = Api::<Role>::namespaced(client.clone(), namespace)
+        .items;
+    let cluster_roles = granting(
+        cluster_roles
+            .iter()
+            .map(|r| (r.name_any(), r.rules.as_ref())),
+    );
+    let roles = Api::<Role>::namespaced(client.clone(), namespace)
         .list(&all)
         .await?
-        .items
-        .iter()
-        .filter(|r| grants(r.rules.as_ref()))
-        .map(|r| r.name_any())
-        .collect();
+        .items;
+    let roles = granting(roles.iter().map(|r| (r.name_any(), r.rules.as_ref())));
     let mut who: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut add = |subjects: &[Subject], ns: Option<&str>, via: String| {
         for subject in subjects {
