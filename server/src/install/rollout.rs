@@ -24,6 +24,10 @@ const STUCK_WAITING: &[&str] = &[
     "CrashLoopBackOff",
 ];
 
+/// A crash may be transient (the API unreachable for a moment at start): the kubelet reports
+/// `CrashLoopBackOff` from the first exit on. It is a crash loop from this many restarts on.
+const CRASH_LOOP_RESTARTS: i32 = 3;
+
 /// Annotation a Deployment and its ReplicaSets carry: which revision of the pod template they are.
 const REVISION: &str = "deployment.kubernetes.io/revision";
 
@@ -200,7 +204,8 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
             continue;
         };
         let reason = waiting.reason.as_deref().unwrap_or_default();
-        if !STUCK_WAITING.contains(&reason) {
+        let settled = reason != "CrashLoopBackOff" || c.restart_count >= CRASH_LOOP_RESTARTS;
+        if !STUCK_WAITING.contains(&reason) || !settled {
             continue;
         }
         let message = waiting
@@ -263,8 +268,12 @@ mod tests {
     }
 
     fn waiting(reason: &str, message: &str) -> Pod {
+        restarted(reason, message, 0)
+    }
+
+    fn restarted(reason: &str, message: &str, restarts: i32) -> Pod {
         pod(serde_json::json!({"containerStatuses": [{
-            "name": "operator", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "name": "operator", "image": "x", "imageID": "", "ready": false, "restartCount": restarts,
             "state": {"waiting": {"reason": reason, "message": message}},
         }]}))
     }
@@ -283,10 +292,21 @@ mod tests {
             })
         );
         assert!(
-            pod_problem(&waiting("CrashLoopBackOff", ""))
+            pod_problem(&restarted("CrashLoopBackOff", "back-off 40s", 3))
                 .unwrap()
                 .crash_looping
         );
+    }
+
+    #[test]
+    fn a_crash_or_two_is_not_yet_a_crash_loop() {
+        for restarts in [0, 1, 2] {
+            assert_eq!(
+                pod_problem(&restarted("CrashLoopBackOff", "back-off 10s", restarts)),
+                None,
+                "{restarts} restarts"
+            );
+        }
     }
 
     #[test]

@@ -126,6 +126,9 @@ struct Running {
     liveness_failures: i32,
     readiness_failures: i32,
     readiness_successes: i32,
+    /// When each probe last ran: a kubelet probes once per `periodSeconds`, not on every pass.
+    liveness_probed: Option<Instant>,
+    readiness_probed: Option<Instant>,
 }
 
 impl PodWorker {
@@ -263,7 +266,7 @@ impl PodWorker {
                 // Probes.
                 if let Some(r) = running[i].as_mut() {
                     if let Some(p) = &c.readiness_probe
-                        && due(p, r.started_at)
+                        && due(p, r.started_at, &mut r.readiness_probed)
                     {
                         let ok = probe(p, c, &self.net.ip).await;
                         tally(ok, &mut r.readiness_successes, &mut r.readiness_failures);
@@ -276,7 +279,7 @@ impl PodWorker {
                         reports[i].ready = r.ready;
                     }
                     if let Some(p) = &c.liveness_probe
-                        && due(p, r.started_at)
+                        && due(p, r.started_at, &mut r.liveness_probed)
                     {
                         let ok = probe(p, c, &self.net.ip).await;
                         let mut successes = 0;
@@ -491,6 +494,8 @@ impl PodWorker {
             liveness_failures: 0,
             readiness_failures: 0,
             readiness_successes: 0,
+            liveness_probed: None,
+            readiness_probed: None,
         })
     }
 
@@ -782,8 +787,18 @@ async fn stop(child: &mut tokio::process::Child, grace: Duration) {
     }
 }
 
-fn due(p: &Probe, started: Instant) -> bool {
-    started.elapsed() >= Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64)
+/// Whether the probe runs now, as a kubelet schedules it: first after `initialDelaySeconds`, then
+/// once per `periodSeconds` (default 10); marks it run. Probing on every pass of the loop would fail
+/// `failureThreshold` times within a second of a start, while the program is still coming up.
+fn due(p: &Probe, started: Instant, last: &mut Option<Instant>) -> bool {
+    let seconds =
+        |s: Option<i32>, default: i32| Duration::from_secs(s.unwrap_or(default).max(0) as u64);
+    let ready = started.elapsed() >= seconds(p.initial_delay_seconds, 0)
+        && last.is_none_or(|at| at.elapsed() >= seconds(p.period_seconds, 10));
+    if ready {
+        *last = Some(Instant::now());
+    }
+    ready
 }
 
 fn tally(ok: bool, successes: &mut i32, failures: &mut i32) {
