@@ -3,7 +3,7 @@
 //! namespace's Pod Security admission refuses. Waiting out `--timeout` for any of these tells a person
 //! nothing they could not have read off `kubectl describe` minutes earlier.
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
@@ -73,13 +73,21 @@ pub async fn wait_rollout(
     Ok(())
 }
 
+/// The Deployment's status, or an empty one before the controller wrote any.
+fn status_of(d: &Deployment) -> std::borrow::Cow<'_, DeploymentStatus> {
+    match &d.status {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(DeploymentStatus::default()),
+    }
+}
+
 fn wanted_replicas(d: &Deployment) -> i32 {
     d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
 }
 
 fn rollout_progress(d: &Deployment) -> String {
     let want = wanted_replicas(d);
-    let s = d.status.clone().unwrap_or_default();
+    let s = status_of(d);
     format!(
         "{}/{want} updated, {}/{want} available",
         s.updated_replicas.unwrap_or(0),
@@ -92,7 +100,7 @@ fn rollout_progress(d: &Deployment) -> String {
 pub fn rolled_out(d: &Deployment) -> bool {
     let want = wanted_replicas(d);
     let generation = d.metadata.generation.unwrap_or(0);
-    let s = d.status.clone().unwrap_or_default();
+    let s = status_of(d);
     s.observed_generation.unwrap_or(0) >= generation
         && s.updated_replicas.unwrap_or(0) >= want
         && s.available_replicas.unwrap_or(0) >= want
