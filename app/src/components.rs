@@ -87,6 +87,7 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
         return view! { <span class="muted">"read-only"</span> }.into_any();
     }
     let name = row.name.clone();
+    let provision_label = row.provision_label();
     let confirm_href = format!(
         "{here}{}confirm=suspend&tenant={name}",
         if here.contains('?') { '&' } else { '?' }
@@ -95,7 +96,7 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
         <div class="actions">
             {row.can_provision().then(|| view! {
                 <PostForm action=format!("/actions/tenants/{name}/provision")>
-                    <button type="submit" class="btn primary">"Provision"</button>
+                    <button type="submit" class="btn primary">{provision_label}</button>
                 </PostForm>
             })}
             {(row.provisioning).then(|| view! { <span class="muted">"provisioning…"</span> })}

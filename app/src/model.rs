@@ -22,12 +22,22 @@ pub struct TenantRow {
     pub logins: String,
     /// A Provision run exists that has not finished.
     pub provisioning: bool,
+    /// `spec.provisioning`: "Automatic" (the operator starts Provision runs) or "Manual".
+    pub provisioning_policy: String,
 }
 
 impl TenantRow {
     /// Provision makes sense when no database was reported and no Provision run is in flight.
     pub fn can_provision(&self) -> bool {
         self.database.is_none() && !self.provisioning && !self.suspended
+    }
+    /// After a failed Provision run the same button starts the next attempt.
+    pub fn provision_label(&self) -> &'static str {
+        if self.phase == "Failed" {
+            "Retry"
+        } else {
+            "Provision"
+        }
     }
     pub fn can_suspend(&self) -> bool {
         !self.suspended
@@ -300,8 +310,16 @@ mod tests {
             suspended: false,
             logins: "—".into(),
             provisioning: false,
+            provisioning_policy: "Automatic".into(),
         };
         assert!(row.can_provision() && row.can_suspend() && !row.can_resume());
+        assert_eq!(row.provision_label(), "Provision");
+        let failed = TenantRow {
+            phase: "Failed".into(),
+            ..row.clone()
+        };
+        assert!(failed.can_provision());
+        assert_eq!(failed.provision_label(), "Retry");
         let in_flight = TenantRow {
             provisioning: true,
             ..row.clone()

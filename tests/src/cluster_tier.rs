@@ -216,10 +216,15 @@ impl Setup {
     }
 }
 
-/// A Tenant as a person would write it for `kubectl apply`.
+/// A Manual Tenant as a person would write it for `kubectl apply` (the tests start its runs).
 pub fn tenant(name: &str, suspended: bool) -> String {
+    tenant_with(name, suspended, "Manual")
+}
+
+/// A Tenant with `spec.provisioning` set to `provisioning` ("Automatic" or "Manual").
+pub fn tenant_with(name: &str, suspended: bool, provisioning: &str) -> String {
     format!(
-        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  suspended: {suspended}\n"
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  suspended: {suspended}\n  provisioning: {provisioning}\n"
     )
 }
 

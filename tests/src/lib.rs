@@ -19,7 +19,7 @@ use kube::{Client, ResourceExt};
 use sentry_tenants::clock::Clock;
 use sentry_tenants::config::OperatorConfig;
 use sentry_tenants::controller::{Context, RunIndex, Stores, runjob, tenant};
-use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantSpec};
+use sentry_tenants::crd::{ProvisioningPolicy, RunAction, RunJob, Tenant, TenantSpec};
 use sentry_tenants::telemetry::Metrics;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -728,14 +728,23 @@ impl Cluster {
         Api::namespaced(self.admin.clone(), NS)
     }
 
+    /// A Manual tenant: the tests start its Provision runs themselves, as a click or a RunJob would.
     pub async fn create_tenant(&self, name: &str) -> Tenant {
+        self.create_tenant_with(name, ProvisioningPolicy::Manual)
+            .await
+    }
+
+    pub async fn create_tenant_with(&self, name: &str, provisioning: ProvisioningPolicy) -> Tenant {
         let t = Tenant {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(NS.into()),
                 ..ObjectMeta::default()
             },
-            spec: TenantSpec::default(),
+            spec: TenantSpec {
+                provisioning,
+                ..TenantSpec::default()
+            },
             status: None,
         };
         self.tenants()

@@ -17,6 +17,7 @@ pub fn NewTenantPage() -> impl IntoView {
         initial.get("name").unwrap_or_default(),
         initial.get("display_name").unwrap_or_default(),
     );
+    let manual = initial.get("provisioning").as_deref() == Some("Manual");
     let name = RwSignal::new(typed_name.clone());
     let display = RwSignal::new(typed_display.clone());
     let name_error = move || {
@@ -46,6 +47,13 @@ pub fn NewTenantPage() -> impl IntoView {
                 <input id="display_name" name="display_name" autocomplete="off" maxlength=MAX_DISPLAY_NAME.to_string()
                     placeholder="Acme Corp" value=typed_display prop:value=move || display.get() on:input=move |ev| display.set(event_target_value(&ev))/>
                 {move || display_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
+                <fieldset class="choice">
+                    <legend>"Provisioning"</legend>
+                    <label><input type="radio" name="provisioning" value="Automatic" checked=!manual/>
+                        " Automatic " <span class="muted">"— the operator creates the database and credentials right away, and retries a few times if that fails"</span></label>
+                    <label><input type="radio" name="provisioning" value="Manual" checked=manual/>
+                        " Manual " <span class="muted">"— nothing happens until someone clicks Provision"</span></label>
+                </fieldset>
                 <div class="row">
                     <button type="submit" class="btn primary">"Create tenant"</button>
                     <a class="btn" href="/tenants">"Cancel"</a>

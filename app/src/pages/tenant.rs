@@ -45,6 +45,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Database"</dt><dd><code>{t.database.clone().unwrap_or_else(|| "—".into())}</code></dd>
                                 <dt>"Credentials Secret"</dt><dd><code>{t.secret_name.clone().unwrap_or_else(|| "—".into())}</code></dd>
                                 <dt>"Logins"</dt><dd>{t.logins.clone()}</dd>
+                                <dt>"Provisioning"</dt><dd>{t.provisioning_policy.clone()}</dd>
                             </dl>
                             <h2>"Conditions"</h2>
                             <table class="grid">

@@ -18,6 +18,7 @@ pub use wiring::{
 use std::sync::Arc;
 use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -245,4 +246,17 @@ pub fn name_of<K: ResourceExt>(obj: &K) -> Result<String> {
         .name
         .clone()
         .ok_or(Error::MissingField("metadata.name"))
+}
+
+/// Requeue for exactly `at` (rounded up to the millisecond, so the wake-up is never early).
+pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
+    let wait = at.duration_since(now);
+    if wait <= SignedDuration::ZERO {
+        return Action::requeue(Duration::ZERO);
+    }
+    let nanos = wait.as_nanos();
+    let millis = nanos / 1_000_000 + i128::from(nanos % 1_000_000 != 0);
+    Action::requeue(Duration::from_millis(
+        u64::try_from(millis).unwrap_or(u64::MAX),
+    ))
 }

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::job::build_job;
 use super::{
-    Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed,
+    Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed, requeue_at,
     write_params,
 };
 use crate::crd::{
@@ -487,19 +487,6 @@ pub fn cleanup_at(run: &RunJob, now: Timestamp) -> Timestamp {
         run.spec.ttl_seconds_after_finished,
     )))
     .unwrap_or(done)
-}
-
-/// Requeue for exactly `at` (rounded up to the millisecond, so the wake-up is never early).
-pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
-    let wait = at.duration_since(now);
-    if wait <= SignedDuration::ZERO {
-        return Action::requeue(Duration::ZERO);
-    }
-    let nanos = wait.as_nanos();
-    let millis = nanos / 1_000_000 + i128::from(nanos % 1_000_000 != 0);
-    Action::requeue(Duration::from_millis(
-        u64::try_from(millis).unwrap_or(u64::MAX),
-    ))
 }
 
 /// Keeps the run's outcome on the Tenant before the RunJob goes. Idempotent by uid. The patch adds the

@@ -7,22 +7,26 @@
 //!    knows what it enforces, because the latest lock run failed after perhaps changing it — a
 //!    Suspend/Resume RunJob is created for that generation: one at a time, a failed one retried up to
 //!    [`MAX_LOCK_ATTEMPTS`] times, never more.
-//! 5. Status is written only when it changed.
+//! 5. An Automatic tenant that is not provisioned gets a Provision RunJob for its generation: one at a
+//!    time, a failed one retried after 15 s, 30 s and 60 s, [`MAX_PROVISION_ATTEMPTS`] in all, the
+//!    reason and the next attempt's time on the `Provisioned` condition. A Manual tenant waits for a
+//!    click or a RunJob.
+//! 6. Status is written only when it changed.
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
 
 use std::sync::Arc;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of};
+use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of, requeue_at};
 use crate::crd::{
-    ConditionStatus, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, RunRecord, Tenant,
-    TenantPhase, TenantStatus, set_condition,
+    ConditionStatus, ProvisioningPolicy, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase,
+    RunRecord, Tenant, TenantPhase, TenantStatus, set_condition,
 };
 use crate::names::TenantName;
 
@@ -148,12 +152,19 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
     desired.phase = Some(phase);
     desired.observed_generation = generation;
 
+    let automatic = automatic_provision(tenant, runs, now);
+    let failed = || failed_message(runs, &current.history, &automatic);
     let ready_message = match phase {
         TenantPhase::Active => format!("Database {} is ready", database.unwrap_or_default()),
         TenantPhase::Suspended => "Tenant is suspended".to_owned(),
         TenantPhase::Provisioning => "A Provision run is in progress".to_owned(),
-        TenantPhase::Failed => failed_message(runs, &current.history),
-        TenantPhase::Pending => "Not provisioned yet: start a Provision run".to_owned(),
+        TenantPhase::Failed => failed(),
+        TenantPhase::Pending => match tenant.spec.provisioning {
+            ProvisioningPolicy::Automatic => {
+                "Not provisioned yet: the operator is starting a Provision run".to_owned()
+            }
+            ProvisioningPolicy::Manual => "Not provisioned yet: start a Provision run".to_owned(),
+        },
     };
     let c = &mut desired.conditions;
     set_condition(
@@ -179,8 +190,11 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         ),
         (None, TenantPhase::Failed) => (
             false,
-            "ProvisionFailed",
-            failed_message(runs, &current.history),
+            match automatic {
+                AutoProvision::RetryAt { .. } | AutoProvision::Start(_) => "ProvisionRetrying",
+                AutoProvision::Idle | AutoProvision::GaveUp => "ProvisionFailed",
+            },
+            failed(),
         ),
         (None, _) => (
             false,
@@ -248,11 +262,27 @@ pub fn owned_status(status: &TenantStatus) -> TenantStatus {
     }
 }
 
-fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord]) -> String {
-    match latest_finished_provision(runs, history) {
+/// The latest failed Provision run and, for an Automatic tenant, what happens next.
+fn failed_message(
+    runs: &[Arc<RunJob>],
+    history: &[RunRecord],
+    automatic: &AutoProvision,
+) -> String {
+    let failed = match latest_finished_provision(runs, history) {
         Some(f) if f.message.is_empty() => format!("Provision run {} failed", f.name),
         Some(f) => format!("Provision run {} failed: {}", f.name, f.message),
         None => "Provision run failed".to_owned(),
+    };
+    match automatic {
+        AutoProvision::RetryAt { attempt, at } => format!(
+            "{failed}. Attempt {attempt} of {MAX_PROVISION_ATTEMPTS} starts at {}",
+            at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        AutoProvision::Start(_) => format!("{failed}. The next attempt is starting"),
+        AutoProvision::GaveUp => format!(
+            "{failed}. Gave up after {MAX_PROVISION_ATTEMPTS} attempts for this spec: fix the cause, then click Retry or change the spec"
+        ),
+        AutoProvision::Idle => failed,
     }
 }
 
@@ -280,39 +310,144 @@ fn next_lock_run(
     } else {
         RunAction::Resume
     };
-    let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
-    let generation = tenant.metadata.generation.unwrap_or(1).max(0) as u64;
-    // This generation's earlier attempts, live or already cleaned up into the history.
-    let prefix = format!("{tenant_name}-{}-", action.as_str().to_ascii_lowercase());
-    let attempt_of = |name: &str| {
-        let serial: u64 = name.strip_prefix(&prefix)?.parse().ok()?;
-        (serial / LOCK_ATTEMPTS_PER_GENERATION == generation).then_some(())
-    };
-    let live = runs
+    let attempts = generation_attempts(tenant, runs, action);
+    if attempts
         .iter()
-        .filter(|r| r.spec.action == action)
-        .filter_map(|r| attempt_of(r.metadata.name.as_deref()?).map(|()| r.phase()));
-    let recorded = tenant
-        .history()
-        .iter()
-        .filter(|h| h.action == action)
-        .filter_map(|h| attempt_of(&h.name).map(|()| Some(h.phase)));
-    let outcomes: Vec<Option<RunPhase>> = live.chain(recorded).collect();
-    if outcomes.contains(&Some(RunPhase::Succeeded)) {
+        .any(|a| a.phase == Some(RunPhase::Succeeded))
+    {
         return None;
     }
-    let attempts = outcomes.len() as u64;
     // A transient failure is retried; a permanent one stops after a few tries instead of looping.
-    (attempts < MAX_LOCK_ATTEMPTS).then(|| {
-        let serial = generation * LOCK_ATTEMPTS_PER_GENERATION + attempts;
-        (action, tenant_name.run_job(action.as_str(), serial))
-    })
+    let tried = attempts.len() as u64;
+    if tried >= MAX_LOCK_ATTEMPTS {
+        return None;
+    }
+    Some((action, attempt_name(tenant, action, tried)?))
 }
 
 /// Suspend/Resume attempts for one generation before the tenant reconciler gives up until the spec changes.
 pub const MAX_LOCK_ATTEMPTS: u64 = 3;
-/// Run serials are `generation × 10 + attempt`, so attempts of one generation sort together.
-const LOCK_ATTEMPTS_PER_GENERATION: u64 = 10;
+/// Run serials the reconciler makes are `generation × 10 + attempt`, so one generation's attempts sort
+/// together and a name says which spec it was made for.
+const ATTEMPTS_PER_GENERATION: u64 = 10;
+
+/// One run of an action made for the tenant's current generation, live or recorded in its history.
+struct Attempt {
+    phase: Option<RunPhase>,
+    /// When it finished (or, for a run deleted before it finished, when it was deleted).
+    ended: Option<Timestamp>,
+}
+
+fn generation(tenant: &Tenant) -> u64 {
+    tenant.metadata.generation.unwrap_or(1).max(0) as u64
+}
+
+/// The runs of `action` made for the tenant's current generation: `<tenant>-<action>-<serial>` with
+/// `serial / 10 == generation`, whether still live or already cleaned up into the history.
+fn generation_attempts(tenant: &Tenant, runs: &[Arc<RunJob>], action: RunAction) -> Vec<Attempt> {
+    let prefix = format!(
+        "{}-{}-",
+        tenant.name_any(),
+        action.as_str().to_ascii_lowercase()
+    );
+    let generation = generation(tenant);
+    let of_this_generation = |name: &str| {
+        let serial: u64 = name.strip_prefix(&prefix)?.parse().ok()?;
+        (serial / ATTEMPTS_PER_GENERATION == generation).then_some(())
+    };
+    let live = runs
+        .iter()
+        .filter(|r| r.spec.action == action)
+        .filter_map(|r| {
+            of_this_generation(r.metadata.name.as_deref()?)?;
+            let status = r.status.as_ref();
+            let ended = status
+                .and_then(|s| s.completion_time.as_ref())
+                .or(r.metadata.deletion_timestamp.as_ref());
+            Some(Attempt {
+                phase: r.phase(),
+                ended: ended.map(|t| t.0),
+            })
+        });
+    let recorded = tenant
+        .history()
+        .iter()
+        .filter(|h| h.action == action)
+        .filter_map(|h| {
+            of_this_generation(&h.name)?;
+            Some(Attempt {
+                phase: Some(h.phase),
+                ended: Some(h.finished_at.0),
+            })
+        });
+    live.chain(recorded).collect()
+}
+
+/// The name of this generation's attempt number `tried` (counting from 0) at `action`.
+fn attempt_name(tenant: &Tenant, action: RunAction, tried: u64) -> Option<String> {
+    let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
+    let serial = generation(tenant) * ATTEMPTS_PER_GENERATION + tried;
+    Some(tenant_name.run_job(action.as_str(), serial))
+}
+
+/// Provision attempts per generation of an Automatic tenant before the reconciler stops and waits for
+/// a click or a spec change.
+pub const MAX_PROVISION_ATTEMPTS: u64 = 4;
+
+/// How long after a failed automatic Provision attempt the next one starts: 15 s, 30 s, then 60 s.
+pub fn provision_retry_delay(failed_attempts: u64) -> SignedDuration {
+    let doublings = failed_attempts.saturating_sub(1).min(2) as u32;
+    SignedDuration::from_secs(15 << doublings)
+}
+
+/// What rule 5 asks for an Automatic tenant now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AutoProvision {
+    /// Nothing to start: a Manual tenant, a provisioned one, a Provision run in flight, or this
+    /// generation's run succeeded.
+    Idle,
+    /// Start this Provision run now.
+    Start(String),
+    /// The previous attempt failed; attempt number `attempt` (from 1) starts at `at`.
+    RetryAt { attempt: u64, at: Timestamp },
+    /// [`MAX_PROVISION_ATTEMPTS`] failed for this generation.
+    GaveUp,
+}
+
+/// Rule 5: an Automatic tenant that is not provisioned gets its Provision run, one per generation, a
+/// failed one retried after [`provision_retry_delay`] up to [`MAX_PROVISION_ATTEMPTS`] times.
+pub fn automatic_provision(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> AutoProvision {
+    if tenant.spec.provisioning != ProvisioningPolicy::Automatic
+        || tenant.is_provisioned()
+        || provision_runs(runs, tenant.history()).in_flight
+    {
+        return AutoProvision::Idle;
+    }
+    let attempts = generation_attempts(tenant, runs, RunAction::Provision);
+    if attempts
+        .iter()
+        .any(|a| a.phase == Some(RunPhase::Succeeded))
+    {
+        return AutoProvision::Idle;
+    }
+    let tried = attempts.len() as u64;
+    if tried >= MAX_PROVISION_ATTEMPTS {
+        return AutoProvision::GaveUp;
+    }
+    let retry_at = attempts
+        .iter()
+        .filter_map(|a| a.ended)
+        .max()
+        .map(|ended| ended + provision_retry_delay(tried));
+    match (retry_at, attempt_name(tenant, RunAction::Provision, tried)) {
+        (Some(at), _) if at > now => AutoProvision::RetryAt {
+            attempt: tried + 1,
+            at,
+        },
+        (_, Some(name)) => AutoProvision::Start(name),
+        (_, None) => AutoProvision::Idle,
+    }
+}
 
 /// A new RunJob for `tenant`, owned by it and carrying the RunJob controller's finalizer from birth
 /// (so the controller needs no extra write to add it).
@@ -341,9 +476,10 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
     }
 }
 
-/// The name for a new Provision run: `<tenant>-provision-<n>`, one past the highest serial among the
+/// The name for a new Provision run someone starts (a click): one past the highest serial among the
 /// tenant's live runs and its history, so a retry after a failure gets a fresh name while two clicks
-/// racing for the same name collide on AlreadyExists (and start one run).
+/// racing for the same name collide on AlreadyExists (and start one run). For an Automatic tenant it is
+/// never below this generation's first serial, so a click racing the reconciler names the same run.
 pub fn next_provision_run(tenant: &Tenant, runs: &[Arc<RunJob>]) -> String {
     let name = tenant.name_any();
     let prefix = format!("{name}-provision-");
@@ -354,8 +490,12 @@ pub fn next_provision_run(tenant: &Tenant, runs: &[Arc<RunJob>]) -> String {
         .chain(tenant.history().iter().filter_map(|h| serial(&h.name)))
         .max()
         .unwrap_or(0);
+    let first = match tenant.spec.provisioning {
+        ProvisioningPolicy::Automatic => generation(tenant) * ATTEMPTS_PER_GENERATION,
+        ProvisioningPolicy::Manual => 0,
+    };
     let tenant_name = TenantName::parse(&name).expect("stored tenants have valid names");
-    tenant_name.run_job(RunAction::Provision.as_str(), highest + 1)
+    tenant_name.run_job(RunAction::Provision.as_str(), (highest + 1).max(first))
 }
 
 pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action> {
@@ -368,38 +508,49 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         return Ok(Action::await_change());
     }
     let name = name_of(tenant.as_ref())?;
-    let runs = ctx.runs_of(&name);
+    let mut runs = ctx.runs_of(&name);
+    let now = ctx.clock.now();
+    let mut next = Action::await_change();
 
     // Rule 4.
     if let Some((action, run_name)) = lock_run_needed(&tenant, &runs) {
-        create_lock_run(&tenant, &run_name, action, &ctx).await?;
+        runs.extend(create_run(&tenant, &run_name, action, &ctx).await?);
+    }
+    // Rule 5.
+    match automatic_provision(&tenant, &runs, now) {
+        AutoProvision::Start(run_name) => {
+            runs.extend(create_run(&tenant, &run_name, RunAction::Provision, &ctx).await?);
+        }
+        AutoProvision::RetryAt { at, .. } => next = requeue_at(at, now),
+        AutoProvision::Idle | AutoProvision::GaveUp => {}
     }
 
-    // Rules 2, 3, 5.
-    let desired = desired_status(&tenant, &runs, ctx.clock.now());
+    // Rules 2, 3, 6.
+    let desired = desired_status(&tenant, &runs, now);
     let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
     if desired != current {
         apply_status(&ctx.tenants(), &name, TENANT_CONTROLLER, &desired).await?;
     }
-    Ok(Action::await_change())
+    Ok(next)
 }
 
-async fn create_lock_run(
+/// Creates a run the rules asked for; returns it so this reconcile's status already counts it (`None`
+/// when a previous reconcile or another replica made it first, which is the outcome we wanted).
+async fn create_run(
     tenant: &Tenant,
     name: &str,
     action: RunAction,
     ctx: &Context,
-) -> Result<()> {
+) -> Result<Option<Arc<RunJob>>> {
     let run = new_run_job(tenant, name, action);
     match ctx.runjobs().create(&PostParams::default(), &run).await {
-        Ok(_) => {
+        Ok(created) => {
             let note = format!("Created {} run {name}", action.as_str());
             ctx.event(tenant, EventType::Normal, "RunCreated", note)
                 .await;
-            Ok(())
+            Ok(Some(Arc::new(created)))
         }
-        // A previous reconcile (or another replica) made it: that is the outcome we wanted.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -564,16 +715,29 @@ mod tests {
     fn a_failed_provision_is_described_with_its_run_and_message() {
         let at = "2026-12-01T12:00:00Z";
         let mut failed = record("acme-provision-1", RunPhase::Failed, at);
+        let idle = AutoProvision::Idle;
         assert_eq!(
-            failed_message(&[], std::slice::from_ref(&failed)),
+            failed_message(&[], std::slice::from_ref(&failed), &idle),
             "Provision run acme-provision-1 failed"
         );
         failed.message = "ClickHouse refused the login".into();
         assert_eq!(
-            failed_message(&[], &[failed]),
+            failed_message(&[], std::slice::from_ref(&failed), &idle),
             "Provision run acme-provision-1 failed: ClickHouse refused the login"
         );
-        assert_eq!(failed_message(&[], &[]), "Provision run failed");
+        assert_eq!(failed_message(&[], &[], &idle), "Provision run failed");
+        let retry = AutoProvision::RetryAt {
+            attempt: 2,
+            at: "2026-12-01T12:00:15Z".parse().unwrap(),
+        };
+        assert_eq!(
+            failed_message(&[], std::slice::from_ref(&failed), &retry),
+            "Provision run acme-provision-1 failed: ClickHouse refused the login. Attempt 2 of 4 starts at 2026-12-01T12:00:15Z"
+        );
+        assert_eq!(
+            failed_message(&[], &[failed], &AutoProvision::GaveUp),
+            "Provision run acme-provision-1 failed: ClickHouse refused the login. Gave up after 4 attempts for this spec: fix the cause, then click Retry or change the spec"
+        );
     }
 
     /// Owned by its tenant (garbage-collected with it), finalized by the RunJob controller from birth,

@@ -11,7 +11,9 @@ pub use condition::{Condition, ConditionStatus, set_condition};
 pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,
 };
-pub use tenant::{RunRecord, SecretRef, Tenant, TenantPhase, TenantSpec, TenantStatus};
+pub use tenant::{
+    ProvisioningPolicy, RunRecord, SecretRef, Tenant, TenantPhase, TenantSpec, TenantStatus,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -22,6 +22,7 @@ use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspended"),
+    printcolumn(name = "Provisioning", type_ = "string", priority = 1, json_path = ".spec.provisioning"),
     printcolumn(name = "Logins", type_ = "string", json_path = r#".status.conditions[?(@.type=="AccessLocked")].reason"#),
     printcolumn(name = "Database", type_ = "string", json_path = ".status.clickHouseDatabaseName"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
@@ -40,6 +41,44 @@ pub struct TenantSpec {
     /// Suspend the tenant: its ClickHouse user's logins are locked until resumed.
     #[serde(default)]
     pub suspended: bool,
+    /// Automatic: the operator starts the Provision run itself (retried a few times with backoff when it
+    /// fails). Manual: a Provision run starts only from the dashboard or a RunJob someone creates.
+    #[serde(default)]
+    pub provisioning: ProvisioningPolicy,
+}
+
+/// Who starts a tenant's Provision run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ProvisioningPolicy {
+    /// The Tenant reconciler starts it: `kubectl apply` (or a GitOps tool) is enough.
+    #[default]
+    Automatic,
+    /// A person starts it: the dashboard's Provision button or a hand-made RunJob.
+    Manual,
+}
+
+impl ProvisioningPolicy {
+    pub const ALL: [ProvisioningPolicy; 2] = [Self::Automatic, Self::Manual];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Automatic => "Automatic",
+            Self::Manual => "Manual",
+        }
+    }
+}
+
+impl std::str::FromStr for ProvisioningPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown provisioning policy {s:?}: expected Automatic or Manual")
+            })
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -22,7 +22,7 @@ use serde_json::json;
 
 use super::serve::Peer;
 use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
-use crate::crd::{RunAction, Tenant, TenantSpec};
+use crate::crd::{ProvisioningPolicy, RunAction, Tenant, TenantSpec};
 use crate::names::{TenantName, validate_display_name};
 
 pub struct Actions {
@@ -192,6 +192,9 @@ pub struct CreateForm {
     name: String,
     #[serde(default)]
     display_name: String,
+    /// "Automatic" or "Manual"; absent means the CRD's default (Automatic).
+    #[serde(default)]
+    provisioning: Option<String>,
     return_to: Option<String>,
 }
 
@@ -209,13 +212,18 @@ async fn create_tenant(
     let return_to = safe_return(form.return_to.as_deref().or(Some("/tenants/new")));
     let name = form.name.trim().to_owned();
     let display = form.display_name.trim().to_owned();
-    let echo = [("name", name.as_str()), ("display_name", display.as_str())];
-    let outcome = create(&a, &name, &display).await;
+    let policy = form.provisioning.as_deref().unwrap_or("Automatic");
+    let echo = [
+        ("name", name.as_str()),
+        ("display_name", display.as_str()),
+        ("provisioning", policy),
+    ];
+    let outcome = create(&a, &name, &display, policy).await;
     attribute(&a, "Create", &name, &outcome, peer).await;
     reply(&headers, outcome, &return_to, &echo)
 }
 
-async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
+async fn create(a: &Actions, name: &str, display: &str, policy: &str) -> Outcome {
     let name = match TenantName::parse(name) {
         Ok(n) => n,
         Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -223,6 +231,10 @@ async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
     if let Err(e) = validate_display_name(display) {
         return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
     }
+    let provisioning: ProvisioningPolicy = match policy.parse() {
+        Ok(p) => p,
+        Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e),
+    };
     let tenant = Tenant {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -233,6 +245,7 @@ async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
         spec: TenantSpec {
             display_name: (!display.is_empty()).then(|| display.to_owned()),
             suspended: false,
+            provisioning,
         },
         status: None,
     };
@@ -249,9 +262,14 @@ async fn create(a: &Actions, name: &str, display: &str) -> Outcome {
     {
         Ok(_) => Outcome {
             redirect: Some(format!("/tenants/{name}")),
-            ..Outcome::done(format!(
-                "Tenant {name} created. Provision it to create its database and credentials."
-            ))
+            ..Outcome::done(match provisioning {
+                ProvisioningPolicy::Automatic => format!(
+                    "Tenant {name} created. The operator is provisioning its database and credentials."
+                ),
+                ProvisioningPolicy::Manual => format!(
+                    "Tenant {name} created. Provision it to create its database and credentials."
+                ),
+            })
         },
         Err(kube::Error::Api(s)) if s.code == 409 => Outcome::failed(
             StatusCode::CONFLICT,

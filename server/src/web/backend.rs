@@ -71,6 +71,7 @@ impl ClusterBackend {
         let phase = t.phase().unwrap_or(TenantPhase::Pending);
         TenantRow {
             provisioning,
+            provisioning_policy: t.spec.provisioning.as_str().to_owned(),
             name: t.name_any(),
             display_name: t.spec.display_name.clone(),
             phase: phase.as_str().to_owned(),

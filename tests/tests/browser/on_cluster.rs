@@ -11,8 +11,7 @@ use sentry_tenants_tests::cluster_tier::{Operator, provision_run, setup};
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
 use super::{
-    attr, click, exists, fill, provision_from_the_page, same_page, shown_active_live,
-    submit_new_tenant, suspend_confirmed,
+    attr, click, exists, fill, same_page, shown_active_live, submit_new_tenant, suspend_confirmed,
 };
 
 /// Serves `router` on a loopback port, as `run` serves the dashboard; returns its base URL.
@@ -37,7 +36,7 @@ async fn fact(b: &fantoccini::Client, term: &str) -> String {
 }
 
 #[test]
-fn on_a_real_cluster_create_provision_suspend_resume_and_watch_a_run_counted_down_to_cleanup() {
+fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_a_run_counted_down_to_cleanup() {
     let _turn = one_browser_at_a_time();
     sentry_tenants_tests::block_on(async {
         let s = setup("browser").await;
@@ -55,9 +54,14 @@ fn on_a_real_cluster_create_provision_suspend_resume_and_watch_a_run_counted_dow
         wait_live(&b).await;
         fill(&b, "#name", "acme").await;
         fill(&b, "#display_name", "Acme Corp").await;
-        submit_new_tenant(&b, "acme").await;
-        provision_from_the_page(&b, "acme").await;
+        // Automatic, the form's default: the operator provisions it, no click.
+        submit_new_tenant(&b, "acme", &["Pending", "Provisioning", "Active"]).await;
         shown_active_live(&b, "acme").await;
+        assert_eq!(fact(&b, "Provisioning").await, "Automatic");
+        assert!(
+            !exists(&b, "form[action='/actions/tenants/acme/provision']").await,
+            "no Provision button on an Active tenant"
+        );
 
         suspend_confirmed(&b, None).await;
         eventually("Suspended", || async {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
@@ -36,6 +37,26 @@ async fn versions(s: &crate::Setup) -> BTreeMap<String, String> {
         );
     }
     out
+}
+
+/// Waits until the Deployment controller observed the operator Deployment's generation and counted
+/// every pod of it: with the idle image's pods stuck pulling, it writes the status no more after that.
+async fn deployment_status_settled(s: &crate::Setup) {
+    let deployments: Api<Deployment> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(
+        "the Deployment controller to settle the status",
+        async || {
+            let d = deployments.get("sentry-tenants").await.ok()?;
+            let status = d.status?;
+            let wanted = d.spec?.replicas.unwrap_or(1);
+            let settled = status.observed_generation == d.metadata.generation
+                && status.replicas == Some(wanted)
+                && status.updated_replicas == Some(wanted)
+                && status.unavailable_replicas == Some(wanted);
+            settled.then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,6 +200,9 @@ async fn labelled_config_map(s: &crate::Setup, name: &str, manager: &str) {
 async fn re_running_install_changes_nothing_and_an_upgrade_prunes_only_what_install_applied() {
     let s = setup("reinstall").await;
     s.install_idle().await;
+    // The Deployment controller writes the Deployment's status after any install (a resourceVersion
+    // of its own): compare only once it has nothing left to write.
+    deployment_status_settled(&s).await;
     let before = versions(&s).await;
     s.install_idle().await;
     assert_eq!(

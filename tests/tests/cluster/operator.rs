@@ -11,20 +11,26 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use sentry_tenants::controller::runjob::record_in_history;
 use sentry_tenants::controller::tenant::{self, new_run_job};
-use sentry_tenants::crd::{RunAction, RunJob, RunJobStatus, RunPhase, Tenant, TenantSpec};
+use sentry_tenants::crd::{
+    ProvisioningPolicy, RunAction, RunJob, RunJobStatus, RunPhase, Tenant, TenantSpec,
+};
 use sentry_tenants::names::TenantName;
 use sentry_tenants::provision::TenantSync;
 use sentry_tenants_tests::control_plane::wait_until;
 
 use crate::{Operator, operator_context, setup};
 
+/// A Manual tenant: these tests start its runs themselves.
 async fn create_tenant(api: &Api<Tenant>, name: &str) -> Tenant {
     let t = Tenant {
         metadata: ObjectMeta {
             name: Some(name.into()),
             ..ObjectMeta::default()
         },
-        spec: TenantSpec::default(),
+        spec: TenantSpec {
+            provisioning: ProvisioningPolicy::Manual,
+            ..TenantSpec::default()
+        },
         status: None,
     };
     api.create(&PostParams::default(), &t).await.unwrap()

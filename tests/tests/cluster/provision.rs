@@ -12,7 +12,7 @@ use sentry_tenants_tests::clickhouse_server::{ADMIN, ADMIN_PASSWORD, ClickHouseS
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
 
-pub use sentry_tenants_tests::cluster_tier::{provision_run, tenant};
+pub use sentry_tenants_tests::cluster_tier::{provision_run, tenant, tenant_with};
 
 use crate::{Setup, setup};
 
@@ -113,6 +113,51 @@ async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_
     s.assert_no_forbidden();
 }
 
+/// The GitOps path: a Tenant as Flux or Argo CD would apply it, with no `provisioning` field (the
+/// CRD's default, Automatic) and no RunJob: the operator provisions it, no click anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_applied_with_kubectl_becomes_active_with_no_click() {
+    let s = setup("provision-auto").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN_USER, ADMIN_PASS).await;
+    s.install_with_clickhouse(&ch.url, (ADMIN_USER, ADMIN_PASS))
+        .await;
+    s.apply("apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  displayName: Acme\n");
+    let (_, policy, _) = s.plane.kubectl(
+        &[
+            "get",
+            "tenant",
+            "acme",
+            "-n",
+            &s.ns,
+            "-o",
+            "jsonpath={.spec.provisioning}",
+        ],
+        None,
+    );
+    assert_eq!(
+        policy, "Automatic",
+        "the apiserver fills in the CRD's default"
+    );
+    let acme = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let run = finished(&s, "acme-provision-10").await;
+    assert_eq!(
+        run.status.as_ref().and_then(|st| st.phase),
+        Some(RunPhase::Succeeded)
+    );
+    assert_eq!(
+        s.run_names().await,
+        ["acme-provision-10"],
+        "one run, made by the operator"
+    );
+    assert!(
+        ch.may_log_in("tenant_acme_user", &password(&s, "acme").await),
+        "the Secret's password logs in"
+    );
+    assert_eq!(acme.spec.display_name.as_deref(), Some("Acme"));
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too_old() {
     let s = setup("provision-old").await;
@@ -136,5 +181,48 @@ async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too
     );
     let failed = tenant_in_phase(&s, "acme", TenantPhase::Failed).await;
     assert!(!failed.is_provisioned());
+
+    // An Automatic tenant's failed run is retried on its own, 15 s later, with the reason on the way.
+    s.apply(&tenant_with("globex", false, "Automatic"));
+    let first = finished(&s, "globex-provision-10").await;
+    assert_eq!(
+        first.status.as_ref().and_then(|st| st.phase),
+        Some(RunPhase::Failed)
+    );
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    let retrying = wait_until(
+        "globex's Provisioned condition to say a retry is due",
+        async || {
+            let t = tenants.get("globex").await.ok()?;
+            let c = t
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Provisioned")?;
+            (c.reason == "ProvisionRetrying").then_some(c.message)
+        },
+    )
+    .await;
+    assert!(
+        retrying.contains("is too old") && retrying.contains("Attempt 2 of 4 starts at"),
+        "{retrying}"
+    );
+    let second = finished(&s, "globex-provision-11").await;
+    let waited = second
+        .status
+        .as_ref()
+        .and_then(|st| st.start_time.clone())
+        .unwrap()
+        .0
+        - first
+            .status
+            .as_ref()
+            .and_then(|st| st.completion_time.clone())
+            .unwrap()
+            .0;
+    assert!(
+        waited.get_seconds() >= 15,
+        "the second attempt started {waited:#} after the first failed"
+    );
     s.assert_no_forbidden();
 }

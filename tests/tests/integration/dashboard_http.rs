@@ -5,7 +5,7 @@ use axum::body::Body;
 use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use kube::api::{Patch, PatchParams};
-use sentry_tenants::crd::{RunAction, TenantPhase};
+use sentry_tenants::crd::{ProvisioningPolicy, RunAction, TenantPhase};
 use sentry_tenants_tests::dashboard::dashboard_router;
 use sentry_tenants_tests::{Cluster, block_on};
 use serde_json::json;
@@ -648,9 +648,10 @@ fn every_action_is_recorded_on_its_tenant_and_marks_what_it_creates() {
             recorded,
             [
                 ("initech".into(), "Create".into(), "Normal".into(),
-                 "Create from the dashboard (peer unknown): Tenant initech created. Provision it to create its database and credentials.".into()),
+                 "Create from the dashboard (peer unknown): Tenant initech created. The operator is provisioning its database and credentials.".into()),
+                // Automatic (the form's default): the click names the run the reconciler would make.
                 ("initech".into(), "Provision".into(), "Normal".into(),
-                 "Provision from the dashboard (peer unknown): Provisioning initech: run initech-provision-1 started".into()),
+                 "Provision from the dashboard (peer unknown): Provisioning initech: run initech-provision-10 started".into()),
                 ("globex".into(), "Suspend".into(), "Normal".into(),
                  format!("Suspend from the dashboard (peer {client_side}): globex suspended: its ClickHouse logins are being locked")),
             ],
@@ -666,7 +667,7 @@ fn every_action_is_recorded_on_its_tenant_and_marks_what_it_creates() {
             made_by(c.tenant("initech").await.metadata.annotations),
             Some("dashboard".into())
         );
-        let run = c.runjobs().get("initech-provision-1").await.unwrap();
+        let run = c.runjobs().get("initech-provision-10").await.unwrap();
         assert_eq!(made_by(run.metadata.annotations), Some("dashboard".into()));
     })
 }
@@ -759,6 +760,11 @@ fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed
             c.tenant("acme").await.spec.display_name.as_deref(),
             Some("Acme")
         );
+        assert_eq!(
+            c.tenant("acme").await.spec.provisioning,
+            ProvisioningPolicy::Automatic,
+            "the form's default"
+        );
         let again = send(
             dashboard_router(&c, false),
             form_post("/actions/tenants", "name=acme", SAME, true),
@@ -766,6 +772,78 @@ fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed
         .await;
         assert_eq!(again.status, StatusCode::CONFLICT);
         assert!(again.body.contains("already exists"));
+    })
+}
+
+/// The create form's provisioning choice reaches the spec; a value the CRD does not know is refused
+/// with the accepted ones named, nothing is created, and the choice comes back with what was typed.
+#[test]
+fn create_takes_the_provisioning_policy_and_refuses_an_unknown_one() {
+    block_on(async {
+        let c = Cluster::new().await;
+        let refused = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=acme&provisioning=Sometimes&return_to=%2Ftenants%2Fnew",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(refused.status, StatusCode::SEE_OTHER);
+        let location = refused.headers[header::LOCATION].to_str().unwrap();
+        assert!(
+            location.starts_with(
+                "/tenants/new?error=unknown%20provisioning%20policy%20%22Sometimes%22%3A%20expected%20Automatic%20or%20Manual"
+            ),
+            "{location}"
+        );
+        assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());
+
+        let echoed = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=Bad_Name&provisioning=Manual&return_to=%2Ftenants%2Fnew",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        let location = echoed.headers[header::LOCATION]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(location.contains("provisioning=Manual"), "{location}");
+        let form = get(dashboard_router(&c, false), &location).await;
+        assert!(
+            form.body
+                .contains(r#"<input type="radio" name="provisioning" value="Manual" checked"#),
+            "the Manual choice is still selected: {}",
+            form.body
+        );
+
+        let created = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=acme&provisioning=Manual",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(created.status, StatusCode::OK, "{}", created.body);
+        assert!(
+            created.body.contains("Provision it to create its database"),
+            "{}",
+            created.body
+        );
+        assert_eq!(
+            c.tenant("acme").await.spec.provisioning,
+            ProvisioningPolicy::Manual
+        );
     })
 }
 

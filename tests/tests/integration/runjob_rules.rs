@@ -445,15 +445,21 @@ fn a_requeue_is_rounded_up_to_the_millisecond_never_early() {
     let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
     let at = |nanos: i64| now + SignedDuration::from_nanos(nanos);
     assert_eq!(
-        requeue_secs(&runjob::requeue_at(at(1_500_000), now)),
+        requeue_secs(&sentry_tenants::controller::requeue_at(at(1_500_000), now)),
         Some(0.002)
     );
     assert_eq!(
-        requeue_secs(&runjob::requeue_at(at(2_000_000), now)),
+        requeue_secs(&sentry_tenants::controller::requeue_at(at(2_000_000), now)),
         Some(0.002)
     );
-    assert_eq!(requeue_secs(&runjob::requeue_at(at(1), now)), Some(0.001));
-    assert_eq!(requeue_secs(&runjob::requeue_at(at(-5), now)), Some(0.0));
+    assert_eq!(
+        requeue_secs(&sentry_tenants::controller::requeue_at(at(1), now)),
+        Some(0.001)
+    );
+    assert_eq!(
+        requeue_secs(&sentry_tenants::controller::requeue_at(at(-5), now)),
+        Some(0.0)
+    );
 }
 
 /// A Job condition without a message (as some controllers write them) is described by its reason

@@ -52,7 +52,7 @@ fn watch_stream(rx: mpsc::UnboundedReceiver<Value>) -> RespBody {
 fn tenant() -> Value {
     json!({"apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
            "metadata": {"name": "acme", "namespace": NS, "uid": "tenant-uid", "resourceVersion": "1", "generation": 1},
-           "spec": {"suspended": false}})
+           "spec": {"suspended": false, "provisioning": "Manual"}})
 }
 
 fn runjob(status: Value) -> Value {

@@ -1,0 +1,276 @@
+//! Rule 5 of the Tenant reconciler against the in-memory API: an Automatic tenant is provisioned with no
+//! click, one run per generation, a failed run retried after 15 s, 30 s and 60 s, four attempts in all;
+//! a Manual tenant waits; a click racing the reconciler starts one run.
+
+use http::{Method, Request, StatusCode, header};
+use jiff::SignedDuration;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use sentry_tenants::controller::tenant::MAX_PROVISION_ATTEMPTS;
+use sentry_tenants::crd::{ProvisioningPolicy, RunAction, Tenant, TenantPhase};
+use sentry_tenants_tests::dashboard::dashboard_router;
+use sentry_tenants_tests::{Cluster, requeue_secs};
+use serde_json::json;
+use tower::ServiceExt;
+
+fn provisioned_condition(t: &Tenant) -> (String, String, String) {
+    let c = t
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Provisioned"))
+        .expect("a Provisioned condition");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+async fn provision_runs(c: &Cluster) -> Vec<String> {
+    let mut names: Vec<String> = c
+        .runjobs()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|r| r.spec.action == RunAction::Provision)
+        .map(|r| r.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every Provision run the tenant ever had: live ones and those recorded after their cleanup.
+async fn every_attempt(c: &Cluster, tenant: &str) -> Vec<String> {
+    let mut names = provision_runs(c).await;
+    names.extend(
+        c.tenant(tenant)
+            .await
+            .history()
+            .iter()
+            .map(|h| h.name.clone()),
+    );
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// A click on the tenant's Provision (or Retry) button; returns the dashboard's answer.
+async fn click_provision(c: &Cluster, tenant: &str) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/actions/tenants/{tenant}/provision"))
+        .header(header::HOST, "127.0.0.1:8080")
+        .header(header::ORIGIN, "http://127.0.0.1:8080")
+        .header(header::ACCEPT, "application/json")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let reply = dashboard_router(c, false).oneshot(request).await.unwrap();
+    let status = reply.status();
+    let body = http_body_util::BodyExt::collect(reply.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn an_automatic_tenant_is_provisioned_by_one_run_without_a_click() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    for _ in 0..3 {
+        c.settle().await;
+    }
+    assert_eq!(provision_runs(&c).await, ["acme-provision-10"]);
+    assert_eq!(c.log.creates_of("runjobs"), 1);
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Provisioning)
+    );
+    assert!(
+        c.log.events().iter().any(|e| e["reason"] == "RunCreated"
+            && e["note"] == "Created Provision run acme-provision-10"),
+        "{:?}",
+        c.log.events()
+    );
+
+    c.job_succeeded("acme-provision-10").await;
+    c.report_provisioned("acme").await;
+    c.settle().await;
+    assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Active));
+    // Cleaned up an hour later: a provisioned tenant never gets another Provision run.
+    c.clock.advance(SignedDuration::from_secs(3600));
+    for _ in 0..3 {
+        c.settle().await;
+    }
+    assert!(
+        provision_runs(&c).await.is_empty(),
+        "the run was cleaned up"
+    );
+    assert_eq!(c.log.creates_of("runjobs"), 1);
+}
+
+#[tokio::test]
+async fn a_manual_tenant_waits_for_a_click() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Manual)
+        .await;
+    c.clock.advance(SignedDuration::from_secs(3600));
+    for _ in 0..3 {
+        c.settle().await;
+    }
+    assert_eq!(c.log.creates_of("runjobs"), 0);
+    let t = c.tenant("acme").await;
+    assert_eq!(t.phase(), Some(TenantPhase::Pending));
+    assert_eq!(
+        provisioned_condition(&t),
+        (
+            "False".into(),
+            "NotProvisioned".into(),
+            "No successful Provision run yet".into()
+        )
+    );
+    let (status, body) = click_provision(&c, "acme").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("run acme-provision-1 started"), "{body}");
+}
+
+/// Fails the named run's Job and lets the operator see it.
+async fn fail(c: &Cluster, run: &str) {
+    c.job_failed(run, "BackoffLimitExceeded", "ClickHouse unreachable")
+        .await;
+    c.settle().await;
+}
+
+#[tokio::test]
+async fn a_failed_automatic_run_is_retried_after_15_30_and_60_seconds_then_given_up() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    c.settle().await;
+    let mut expected = vec!["acme-provision-10".to_owned()];
+    for (attempt, delay) in [(2u64, 15i64), (3, 30), (4, 60)] {
+        let failed = expected.last().unwrap().clone();
+        fail(&c, &failed).await;
+        let t = c.tenant("acme").await;
+        assert_eq!(t.phase(), Some(TenantPhase::Failed));
+        let at = (c.clock.now() + SignedDuration::from_secs(delay)).strftime("%Y-%m-%dT%H:%M:%SZ");
+        assert_eq!(
+            provisioned_condition(&t),
+            (
+                "False".into(),
+                "ProvisionRetrying".into(),
+                format!(
+                    "Provision run {failed} failed: Job failed (BackoffLimitExceeded): ClickHouse unreachable. Attempt {attempt} of 4 starts at {at}"
+                )
+            )
+        );
+        // The reconciler asks to be woken at exactly that moment, and starts nothing before it.
+        let wake = requeue_secs(&c.reconcile_tenant("acme").await);
+        assert_eq!(wake, Some(delay as f64), "attempt {attempt}");
+        c.clock.advance(SignedDuration::from_secs(delay - 1));
+        c.settle().await;
+        assert_eq!(
+            every_attempt(&c, "acme").await,
+            expected,
+            "before attempt {attempt}"
+        );
+        c.clock.advance(SignedDuration::from_secs(1));
+        c.settle().await;
+        expected.push(format!("acme-provision-1{}", attempt - 1));
+        assert_eq!(
+            every_attempt(&c, "acme").await,
+            expected,
+            "attempt {attempt}"
+        );
+        assert_eq!(
+            c.tenant("acme").await.phase(),
+            Some(TenantPhase::Provisioning)
+        );
+    }
+    fail(&c, "acme-provision-13").await;
+    let t = c.tenant("acme").await;
+    assert_eq!(
+        provisioned_condition(&t),
+        (
+            "False".into(),
+            "ProvisionFailed".into(),
+            "Provision run acme-provision-13 failed: Job failed (BackoffLimitExceeded): ClickHouse unreachable. Gave up after 4 attempts \
+             for this spec: fix the cause, then click Retry or change the spec"
+                .into()
+        )
+    );
+    assert_eq!(
+        c.reconcile_tenant("acme").await,
+        kube::runtime::controller::Action::await_change(),
+        "nothing left to wake up for"
+    );
+    // A day later every run is cleaned up into the history, and still no fifth attempt.
+    c.clock.advance(SignedDuration::from_secs(86_400));
+    for _ in 0..3 {
+        c.settle().await;
+    }
+    assert!(provision_runs(&c).await.is_empty());
+    assert_eq!(every_attempt(&c, "acme").await, expected);
+    assert_eq!(c.log.creates_of("runjobs") as u64, MAX_PROVISION_ATTEMPTS);
+
+    // Retry (the button's label once Failed) starts the next attempt by hand ...
+    let (status, body) = click_provision(&c, "acme").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("run acme-provision-14 started"), "{body}");
+    c.settle().await;
+    fail(&c, "acme-provision-14").await;
+    // ... and a spec change starts a new generation's attempts.
+    let patch = json!({"spec": {"displayName": "Acme"}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    c.settle().await;
+    assert_eq!(
+        provision_runs(&c).await,
+        ["acme-provision-14", "acme-provision-20"]
+    );
+}
+
+#[tokio::test]
+async fn a_click_racing_the_reconciler_starts_one_run() {
+    // The click lands before the reconciler has seen the new tenant.
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    c.sync_stores().await;
+    let (status, body) = click_provision(&c, "acme").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("run acme-provision-10 started"), "{body}");
+    // The reconciler decides from a cache that has not seen the click's run yet: same name, one run.
+    c.reconcile_tenant("acme").await;
+    c.settle().await;
+    assert_eq!(provision_runs(&c).await, ["acme-provision-10"]);
+    assert_eq!(c.log.creates_of("runjobs"), 1);
+
+    // During the wait after a failure, a click starts the attempt the reconciler would have started.
+    fail(&c, "acme-provision-10").await;
+    let (status, body) = click_provision(&c, "acme").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("run acme-provision-11 started"), "{body}");
+    c.clock.advance(SignedDuration::from_secs(15));
+    c.settle().await;
+    assert_eq!(
+        provision_runs(&c).await,
+        ["acme-provision-10", "acme-provision-11"]
+    );
+    assert_eq!(c.log.creates_of("runjobs"), 2);
+}
+
+/// A suspended Automatic tenant is provisioned too: its user is made with logins locked.
+#[tokio::test]
+async fn a_suspended_automatic_tenant_is_provisioned_locked() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    c.set_suspended("acme", true).await;
+    c.settle().await;
+    // Created at generation 1, suspended at generation 2: the run is made for the spec it sees.
+    assert_eq!(provision_runs(&c).await, ["acme-provision-20"]);
+    assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Suspended));
+}
