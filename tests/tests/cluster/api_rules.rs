@@ -78,7 +78,8 @@ async fn the_readme_quick_start_yaml_is_admitted_under_strict_field_validation()
     assert!(ok, "{err}");
     for created in [
         "tenant.sentry.io/acme-corp created",
-        "runjob.sentry.io/acme-corp-provision-1 created",
+        "tenant.sentry.io/globex created",
+        "runjob.sentry.io/globex-provision-1 created",
     ] {
         assert!(out.contains(created), "{created}: {out}");
     }
