@@ -187,14 +187,21 @@ pub fn paginate<T>(rows: Vec<T>, total: usize, page: Option<usize>) -> Page<T> {
 }
 
 /// Phases in display order, for filters and the overview.
-pub const TENANT_PHASES: [&str; 5] = ["Active", "Provisioning", "Pending", "Suspended", "Failed"];
+pub const TENANT_PHASES: [&str; 6] = [
+    "Active",
+    "Provisioning",
+    "Pending",
+    "Suspended",
+    "Failed",
+    "Terminating",
+];
 
 /// CSS class of a phase badge. The badge always carries the phase as text too: colour is never the only
 /// signal.
 pub fn phase_class(phase: &str) -> &'static str {
     match phase {
         "Active" | "Succeeded" => "badge ok",
-        "Provisioning" | "Running" => "badge busy",
+        "Provisioning" | "Running" | "Terminating" => "badge busy",
         "Pending" => "badge idle",
         "Suspended" => "badge paused",
         "Failed" => "badge bad",

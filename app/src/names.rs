@@ -68,13 +68,13 @@ impl TenantName {
     }
 
     /// A RunJob (and Job) name: deterministic, so a re-reconcile finds what an earlier one created.
+    /// The serial is capped so the name stays a DNS label: at 12 digits, and at fewer when the tenant
+    /// name and the action's word leave less room (`deprovision` after a 40-character name leaves 10).
     pub fn run_job(&self, action: &str, serial: u64) -> String {
-        let name = format!(
-            "{}-{}-{}",
-            self.0,
-            action.to_ascii_lowercase(),
-            serial.min(MAX_RUN_SERIAL)
-        );
+        let prefix = format!("{}-{}-", self.0, action.to_ascii_lowercase());
+        let room = MAX_RUN_JOB_NAME.saturating_sub(prefix.len()).min(19) as u32;
+        let largest = 10u64.pow(room) - 1;
+        let name = format!("{prefix}{}", serial.min(MAX_RUN_SERIAL).min(largest));
         debug_assert!(name.len() <= MAX_RUN_JOB_NAME, "{name}");
         name
     }
@@ -189,6 +189,10 @@ mod tests {
         let t = TenantName::parse(&"z".repeat(MAX_TENANT_NAME)).unwrap();
         let run = t.run_job("Provision", u64::MAX);
         assert_eq!(run.len(), MAX_RUN_JOB_NAME);
+        assert_eq!(
+            t.run_job("Deprovision", u64::MAX),
+            format!("{}-deprovision-9999999999", "z".repeat(MAX_TENANT_NAME))
+        );
         assert!(t.credentials_secret().len() <= 253);
         // A Job's pods are named `<job>-<5 chars>`, within the 253-character object-name limit.
         assert!(run.len() + 6 <= 253);

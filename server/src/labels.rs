@@ -13,6 +13,9 @@ pub const PART_OF: &str = "app.kubernetes.io/part-of";
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// The tenant an object belongs to (a label selector finds all of one tenant's objects).
 pub const TENANT: &str = "sentry.io/tenant";
+/// On a run: the uid of the Tenant it was made for, so a later Tenant of the same name never takes
+/// an earlier one's run (a Deprovision run has no owner reference to say so).
+pub const TENANT_UID: &str = "sentry.io/tenant-uid";
 
 /// The recommended labels for a `component` of one tenant's (`instance`), plus `sentry.io/tenant`.
 pub fn for_tenant(component: &str, tenant: &str) -> BTreeMap<String, String> {

@@ -3,7 +3,7 @@
 //! whether its logins are locked (`HOST NONE`). Statements are read the way the provisioner writes them
 //! (`sql.rs`); the real server's reading of them is checked against Debian's ClickHouse and chdb's parser.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Default, Debug)]
 pub struct Model {
@@ -11,6 +11,7 @@ pub struct Model {
     /// User → hex SHA-256 of its password, as `IDENTIFIED WITH sha256_hash BY` set it.
     pub users: HashMap<String, String>,
     pub locked: HashMap<String, bool>,
+    pub databases: HashSet<String>,
 }
 
 fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
@@ -48,7 +49,14 @@ impl Model {
             return "1\n".to_owned();
         }
         let host_locked = sql.contains(" HOST NONE");
-        if sql.starts_with("CREATE USER IF NOT EXISTS ") {
+        if let Some(db) = quoted_after(sql, "CREATE DATABASE IF NOT EXISTS ") {
+            self.databases.insert(db.to_owned());
+        } else if let Some(db) = quoted_after(sql, "DROP DATABASE IF EXISTS ") {
+            self.databases.remove(db);
+        } else if let Some(user) = quoted_after(sql, "DROP USER IF EXISTS ") {
+            self.users.remove(user);
+            self.locked.remove(user);
+        } else if sql.starts_with("CREATE USER IF NOT EXISTS ") {
             let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
                 .unwrap_or_default()
                 .to_owned();

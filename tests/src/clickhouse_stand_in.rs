@@ -273,6 +273,16 @@ impl ClickHouseStandIn {
             .model
             .may_log_in(user, password)
     }
+
+    pub fn has_user(&self, user: &str) -> bool {
+        let inner = self.shared.inner.lock().expect("lock");
+        inner.model.users.contains_key(user)
+    }
+
+    pub fn has_database(&self, database: &str) -> bool {
+        let inner = self.shared.inner.lock().expect("lock");
+        inner.model.databases.contains(database)
+    }
 }
 
 impl Drop for ClickHouseStandIn {

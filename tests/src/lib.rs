@@ -464,6 +464,14 @@ pub fn recording_client(
             let path = parts.uri.path().to_owned();
             let query = parts.uri.query().unwrap_or_default().to_owned();
             let object_path = path.trim_end_matches("/status").to_owned();
+            let mut parts = parts;
+            if method == Method::PATCH && changes_only_metadata(&path, &json_body) {
+                // The apiserver bumps a custom resource's generation only when something outside
+                // metadata and status changes; the fake bumps it on every write but a status one,
+                // whose handler keeps the spec and takes the metadata as patched. So a patch of only
+                // metadata goes there, and the generation stays, as on a real apiserver.
+                parts.uri = format!("{path}/status?{query}").parse().expect("a URI");
+            }
             let request = Request::from_parts(parts, Body::from(bytes.to_vec()));
             let answer = intercept
                 .answer(&method, &path, &query, &json_body)
@@ -509,6 +517,23 @@ pub fn recording_client(
         }
     });
     Client::new(service, NS)
+}
+
+/// A patch of one of our custom resources (not its status) that changes nothing but metadata: a
+/// merge patch of only `metadata`, or a JSON patch whose every operation is under `/metadata/`.
+fn changes_only_metadata(path: &str, body: &Value) -> bool {
+    if !path.starts_with("/apis/sentry.io/") || path.ends_with("/status") {
+        return false;
+    }
+    match body {
+        Value::Object(fields) => fields.keys().all(|k| k == "metadata"),
+        Value::Array(ops) => ops.iter().all(|op| {
+            op["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/metadata/"))
+        }),
+        _ => false,
+    }
 }
 
 async fn mark_established(inner: &Client, path: &str) -> Result<(), kube::Error> {
@@ -1135,6 +1160,17 @@ pub mod clickhouse_seam {
         /// Whether `user` may log in with `password`: the right password and logins not locked.
         pub fn may_log_in(&self, user: &str, password: &str) -> bool {
             self.state.lock().unwrap().model.may_log_in(user, password)
+        }
+        pub fn has_user(&self, user: &str) -> bool {
+            self.state.lock().unwrap().model.users.contains_key(user)
+        }
+        pub fn has_database(&self, database: &str) -> bool {
+            self.state
+                .lock()
+                .unwrap()
+                .model
+                .databases
+                .contains(database)
         }
         /// Every later query fails with `error` until `recover`.
         pub fn fail(&self, error: ChError) {

@@ -18,6 +18,7 @@ pub fn NewTenantPage() -> impl IntoView {
         initial.get("display_name").unwrap_or_default(),
     );
     let manual = initial.get("provisioning").as_deref() == Some("Manual");
+    let delete = initial.get("reclaim_policy").as_deref() == Some("Delete");
     let name = RwSignal::new(typed_name.clone());
     let display = RwSignal::new(typed_display.clone());
     let name_error = move || {
@@ -53,6 +54,13 @@ pub fn NewTenantPage() -> impl IntoView {
                         " Automatic " <span class="muted">"— the operator creates the database and credentials right away, and retries a few times if that fails"</span></label>
                     <label><input type="radio" name="provisioning" value="Manual" checked=manual/>
                         " Manual " <span class="muted">"— nothing happens until someone clicks Provision"</span></label>
+                </fieldset>
+                <fieldset class="choice">
+                    <legend>"When the tenant is deleted"</legend>
+                    <label><input type="radio" name="reclaim_policy" value="Retain" checked=!delete/>
+                        " Retain " <span class="muted">"— lock its logins, keep its database, user and credentials for a new tenant of the same name"</span></label>
+                    <label><input type="radio" name="reclaim_policy" value="Delete" checked=delete/>
+                        " Delete " <span class="muted">"— drop its database and user, delete its credentials"</span></label>
                 </fieldset>
                 <div class="row">
                     <button type="submit" class="btn primary">"Create tenant"</button>

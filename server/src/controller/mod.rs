@@ -3,6 +3,7 @@
 
 mod backoff;
 pub mod job;
+pub mod reclaim;
 mod run_index;
 pub mod runjob;
 pub mod tenant;

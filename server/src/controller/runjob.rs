@@ -2,7 +2,9 @@
 //! 1. Deletion first: the Job is deleted with Background propagation, the finalizer removed, and the
 //!    reconcile returns — nothing else runs for a RunJob that is going away.
 //! 2. A RunJob carries our finalizer and is owned by its Tenant (our creators set both at birth).
-//! 3. A run whose tenant is missing or being deleted fails with a clear message and no Job.
+//! 3. A run that has no Job yet fails with a clear message and no Job when its tenant is missing or
+//!    being deleted (a Deprovision run: when its tenant is *not* being deleted); a run whose Job
+//!    exists follows it to the end.
 //! 4. Get-or-create: the Job's name is the RunJob's, AlreadyExists means "read it", and a Job not
 //!    controlled by this RunJob is never adopted — no second Job, no AlreadyExists loop.
 //! 5. Status follows the Job and is written only when it changed.
@@ -28,8 +30,8 @@ use super::{
     write_params,
 };
 use crate::crd::{
-    JobRef, RUNJOB_FINALIZER, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant, set_condition,
-    to_k8s_time,
+    JobRef, RUNJOB_FINALIZER, RunAction, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant,
+    set_condition, to_k8s_time,
 };
 
 /// Lines of the pod's log kept with a finished run.
@@ -53,7 +55,13 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
         return cleanup_when_due(&run, tenant.as_deref(), &ctx).await;
     }
     let now = ctx.clock.now();
-    let desired = match tenant_problem(&run, tenant.as_deref()) {
+    // A run whose Job exists follows it to the end, whatever happened to its tenant meanwhile: its pod
+    // may be changing ClickHouse, and a tenant's Deprovision run waits for that to finish.
+    let started = run.status.as_ref().is_some_and(|s| s.job_ref.is_some());
+    let problem = (!started)
+        .then(|| tenant_problem(&run, tenant.as_deref()))
+        .flatten();
+    let desired = match problem {
         // Rule 3.
         Some(problem) => failed(&run, &problem, now),
         // Rules 4 and 5.
@@ -141,46 +149,81 @@ async fn ensure_finalizer_and_owner(
     ctx: &Context,
 ) -> Result<()> {
     let has_finalizer = run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER);
+    // Only a run of this very tenant is tied to it (a leftover of an earlier same-named one is not).
+    let tenant = tenant.filter(|t| run.is_for(t));
     let tenant_uid = tenant.and_then(|t| t.uid());
-    let has_owner = tenant_uid
-        .as_deref()
-        .is_none_or(|uid| run.owner_references().iter().any(|o| o.uid == uid));
-    if has_finalizer && has_owner {
+    // A Deprovision run names its tenant by a label: an owner reference would let a foreground
+    // deletion of the tenant delete the run meant to release it.
+    let tie = if run.spec.action == RunAction::Deprovision {
+        Tie::Label
+    } else {
+        Tie::Owner
+    };
+    let tied = tenant_uid.as_deref().is_none_or(|uid| match tie {
+        Tie::Owner => run.owner_references().iter().any(|o| o.uid == uid),
+        Tie::Label => {
+            run.labels()
+                .get(crate::labels::TENANT_UID)
+                .map(String::as_str)
+                == Some(uid)
+        }
+    });
+    if has_finalizer && tied {
         return Ok(());
     }
     let mut finalizers = run.finalizers().to_vec();
     if !has_finalizer {
         finalizers.push(RUNJOB_FINALIZER.to_owned());
     }
-    let mut owners = run.owner_references().to_vec();
-    if !has_owner && let Some(owner) = tenant.and_then(|t| t.owner_ref(&())) {
-        owners.push(owner);
-    }
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": run.resource_version(),
-            "finalizers": finalizers,
-            "ownerReferences": owners,
-        }
+    let mut metadata = json!({
+        "resourceVersion": run.resource_version(),
+        "finalizers": finalizers,
     });
+    if !tied && let Some(tenant) = tenant {
+        match tie {
+            Tie::Owner => {
+                let mut owners = run.owner_references().to_vec();
+                owners.extend(tenant.owner_ref(&()));
+                metadata["ownerReferences"] = json!(owners);
+            }
+            Tie::Label => {
+                metadata["labels"] = json!({ crate::labels::TENANT_UID: tenant.uid() });
+            }
+        }
+    }
+    let patch = json!({ "metadata": metadata });
     ctx.runjobs()
         .patch(&name_of(run)?, &write_params(), &Patch::Merge(&patch))
         .await?;
     Ok(())
 }
 
-/// Rule 3: why this run cannot start, if it cannot.
+/// How a run is tied to its tenant.
+enum Tie {
+    Owner,
+    Label,
+}
+
+/// Rule 3: why this run cannot start, if it cannot. A Deprovision run is the one run that needs its
+/// tenant being deleted.
 fn tenant_problem(run: &RunJob, tenant: Option<&Tenant>) -> Option<String> {
     let namespace = run.namespace().unwrap_or_default();
+    let name = &run.spec.tenant;
+    let deprovision = run.spec.action == RunAction::Deprovision;
     match tenant {
         None => Some(format!(
-            "tenant {:?} does not exist in namespace {namespace:?}",
-            run.spec.tenant
+            "tenant {name:?} does not exist in namespace {namespace:?}"
         )),
-        Some(t) if t.meta().deletion_timestamp.is_some() => {
-            Some(format!("tenant {:?} is being deleted", run.spec.tenant))
-        }
-        Some(_) => None,
+        Some(t) if !run.is_for(t) => Some(format!(
+            "the tenant {name:?} this run was made for was deleted (a new tenant has its name)"
+        )),
+        Some(t) => match (t.meta().deletion_timestamp.is_some(), deprovision) {
+            (true, false) => Some(format!("tenant {name:?} is being deleted")),
+            (false, true) => Some(format!(
+                "tenant {name:?} is not being deleted: a Deprovision run only carries out the reclaim policy of a deleted Tenant"
+            )),
+            _ => None,
+        },
     }
 }
 
@@ -447,6 +490,8 @@ async fn cleanup_when_due(run: &RunJob, tenant: Option<&Tenant>, ctx: &Context) 
     if now < due {
         return Ok(requeue_at(due, now));
     }
+    // A run of an earlier tenant of the same name is no part of this one's history.
+    let tenant = tenant.filter(|t| run.is_for(t));
     if let Some(tenant) = tenant {
         record_in_history(tenant, run, ctx).await?;
     }

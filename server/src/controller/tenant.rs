@@ -23,10 +23,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
+use super::reclaim::{self, Reclaim};
 use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of, requeue_at};
 use crate::crd::{
     ConditionStatus, ProvisioningPolicy, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase,
-    RunRecord, Tenant, TenantPhase, TenantStatus, set_condition,
+    RunRecord, TENANT_FINALIZER, Tenant, TenantPhase, TenantStatus, set_condition,
 };
 use crate::names::TenantName;
 
@@ -145,7 +146,12 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         .as_deref()
         .filter(|d| !d.is_empty());
     let provision = provision_runs(runs, &current.history);
-    let phase = phase(tenant.spec.suspended, database, provision);
+    let deleting = tenant.metadata.deletion_timestamp.is_some();
+    let phase = if deleting {
+        TenantPhase::Terminating
+    } else {
+        phase(tenant.spec.suspended, database, provision)
+    };
     let generation = tenant.metadata.generation;
 
     let mut desired = owned_status(&current);
@@ -159,6 +165,10 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         TenantPhase::Suspended => "Tenant is suspended".to_owned(),
         TenantPhase::Provisioning => "A Provision run is in progress".to_owned(),
         TenantPhase::Failed => failed(),
+        TenantPhase::Terminating => format!(
+            "Deleted; carrying out reclaimPolicy {} before it goes",
+            tenant.spec.reclaim_policy.as_str()
+        ),
         TenantPhase::Pending => match tenant.spec.provisioning {
             ProvisioningPolicy::Automatic => {
                 "Not provisioned yet: the operator is starting a Provision run".to_owned()
@@ -191,8 +201,8 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         (None, TenantPhase::Failed) => (
             false,
             match automatic {
-                AutoProvision::RetryAt { .. } | AutoProvision::Start(_) => "ProvisionRetrying",
-                AutoProvision::Idle | AutoProvision::GaveUp => "ProvisionFailed",
+                NextRun::RetryAt { .. } | NextRun::Start(_) => "ProvisionRetrying",
+                NextRun::Idle | NextRun::GaveUp => "ProvisionFailed",
             },
             failed(),
         ),
@@ -211,6 +221,23 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
         generation,
         now,
     );
+
+    if deleting {
+        let step = reclaim::reclaim_step(tenant, runs, now);
+        let failure = latest_finished(runs, &current.history, |a| a == RunAction::Deprovision)
+            .map(|f| describe_failure("Deprovision", &f))
+            .unwrap_or_default();
+        let (reason, message) = reclaim::reclaim_condition(tenant, &step, &failure);
+        set_condition(
+            c,
+            "Reclaimed",
+            (step == Reclaim::Release).into(),
+            &reason,
+            &message,
+            generation,
+            now,
+        );
+    }
 
     if database.is_some() {
         let suspended = tenant.spec.suspended;
@@ -262,27 +289,31 @@ pub fn owned_status(status: &TenantStatus) -> TenantStatus {
     }
 }
 
+/// "<Action> run <name> failed[: <message>]".
+fn describe_failure(action: &str, f: &Finished) -> String {
+    if f.message.is_empty() {
+        format!("{action} run {} failed", f.name)
+    } else {
+        format!("{action} run {} failed: {}", f.name, f.message)
+    }
+}
+
 /// The latest failed Provision run and, for an Automatic tenant, what happens next.
-fn failed_message(
-    runs: &[Arc<RunJob>],
-    history: &[RunRecord],
-    automatic: &AutoProvision,
-) -> String {
+fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord], automatic: &NextRun) -> String {
     let failed = match latest_finished_provision(runs, history) {
-        Some(f) if f.message.is_empty() => format!("Provision run {} failed", f.name),
-        Some(f) => format!("Provision run {} failed: {}", f.name, f.message),
+        Some(f) => describe_failure("Provision", &f),
         None => "Provision run failed".to_owned(),
     };
     match automatic {
-        AutoProvision::RetryAt { attempt, at } => format!(
+        NextRun::RetryAt { attempt, at } => format!(
             "{failed}. Attempt {attempt} of {MAX_PROVISION_ATTEMPTS} starts at {}",
             at.strftime("%Y-%m-%dT%H:%M:%SZ")
         ),
-        AutoProvision::Start(_) => format!("{failed}. The next attempt is starting"),
-        AutoProvision::GaveUp => format!(
+        NextRun::Start(_) => format!("{failed}. The next attempt is starting"),
+        NextRun::GaveUp => format!(
             "{failed}. Gave up after {MAX_PROVISION_ATTEMPTS} attempts for this spec: fix the cause, then click Retry or change the spec"
         ),
-        AutoProvision::Idle => failed,
+        NextRun::Idle => failed,
     }
 }
 
@@ -332,10 +363,10 @@ pub const MAX_LOCK_ATTEMPTS: u64 = 3;
 const ATTEMPTS_PER_GENERATION: u64 = 10;
 
 /// One run of an action made for the tenant's current generation, live or recorded in its history.
-struct Attempt {
-    phase: Option<RunPhase>,
+pub(super) struct Attempt {
+    pub(super) phase: Option<RunPhase>,
     /// When it finished (or, for a run deleted before it finished, when it was deleted).
-    ended: Option<Timestamp>,
+    pub(super) ended: Option<Timestamp>,
 }
 
 fn generation(tenant: &Tenant) -> u64 {
@@ -344,7 +375,11 @@ fn generation(tenant: &Tenant) -> u64 {
 
 /// The runs of `action` made for the tenant's current generation: `<tenant>-<action>-<serial>` with
 /// `serial / 10 == generation`, whether still live or already cleaned up into the history.
-fn generation_attempts(tenant: &Tenant, runs: &[Arc<RunJob>], action: RunAction) -> Vec<Attempt> {
+pub(super) fn generation_attempts(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    action: RunAction,
+) -> Vec<Attempt> {
     let prefix = format!(
         "{}-{}-",
         tenant.name_any(),
@@ -384,7 +419,7 @@ fn generation_attempts(tenant: &Tenant, runs: &[Arc<RunJob>], action: RunAction)
 }
 
 /// The name of this generation's attempt number `tried` (counting from 0) at `action`.
-fn attempt_name(tenant: &Tenant, action: RunAction, tried: u64) -> Option<String> {
+pub(super) fn attempt_name(tenant: &Tenant, action: RunAction, tried: u64) -> Option<String> {
     let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
     let serial = generation(tenant) * ATTEMPTS_PER_GENERATION + tried;
     Some(tenant_name.run_job(action.as_str(), serial))
@@ -394,59 +429,77 @@ fn attempt_name(tenant: &Tenant, action: RunAction, tried: u64) -> Option<String
 /// a click or a spec change.
 pub const MAX_PROVISION_ATTEMPTS: u64 = 4;
 
-/// How long after a failed automatic Provision attempt the next one starts: 15 s, 30 s, then 60 s.
-pub fn provision_retry_delay(failed_attempts: u64) -> SignedDuration {
+/// How long after a failed attempt the next one starts: 15 s, 30 s, then 60 s.
+pub fn retry_delay(failed_attempts: u64) -> SignedDuration {
     let doublings = failed_attempts.saturating_sub(1).min(2) as u32;
     SignedDuration::from_secs(15 << doublings)
 }
 
-/// What rule 5 asks for an Automatic tenant now.
+/// The next run of an action the reconciler retries (an Automatic tenant's Provision, a deleted
+/// tenant's Deprovision).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AutoProvision {
-    /// Nothing to start: a Manual tenant, a provisioned one, a Provision run in flight, or this
-    /// generation's run succeeded.
+pub enum NextRun {
+    /// Nothing to start: not needed, in flight, or this generation's run succeeded.
     Idle,
-    /// Start this Provision run now.
+    /// Start this run now.
     Start(String),
     /// The previous attempt failed; attempt number `attempt` (from 1) starts at `at`.
     RetryAt { attempt: u64, at: Timestamp },
-    /// [`MAX_PROVISION_ATTEMPTS`] failed for this generation.
+    /// The attempts for this generation all failed.
     GaveUp,
 }
 
-/// Rule 5: an Automatic tenant that is not provisioned gets its Provision run, one per generation, a
-/// failed one retried after [`provision_retry_delay`] up to [`MAX_PROVISION_ATTEMPTS`] times.
-pub fn automatic_provision(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> AutoProvision {
-    if tenant.spec.provisioning != ProvisioningPolicy::Automatic
-        || tenant.is_provisioned()
-        || provision_runs(runs, tenant.history()).in_flight
-    {
-        return AutoProvision::Idle;
-    }
-    let attempts = generation_attempts(tenant, runs, RunAction::Provision);
+/// This generation's next attempt at `action`: the first at once, a failed one retried after
+/// [`retry_delay`], `max` attempts in all; [`NextRun::Idle`] once one succeeded.
+pub(super) fn next_attempt(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    action: RunAction,
+    max: u64,
+    now: Timestamp,
+) -> NextRun {
+    let attempts = generation_attempts(tenant, runs, action);
     if attempts
         .iter()
         .any(|a| a.phase == Some(RunPhase::Succeeded))
     {
-        return AutoProvision::Idle;
+        return NextRun::Idle;
     }
     let tried = attempts.len() as u64;
-    if tried >= MAX_PROVISION_ATTEMPTS {
-        return AutoProvision::GaveUp;
+    if tried >= max {
+        return NextRun::GaveUp;
     }
     let retry_at = attempts
         .iter()
         .filter_map(|a| a.ended)
         .max()
-        .map(|ended| ended + provision_retry_delay(tried));
-    match (retry_at, attempt_name(tenant, RunAction::Provision, tried)) {
-        (Some(at), _) if at > now => AutoProvision::RetryAt {
+        .map(|ended| ended + retry_delay(tried));
+    match (retry_at, attempt_name(tenant, action, tried)) {
+        (Some(at), _) if at > now => NextRun::RetryAt {
             attempt: tried + 1,
             at,
         },
-        (_, Some(name)) => AutoProvision::Start(name),
-        (_, None) => AutoProvision::Idle,
+        (_, Some(name)) => NextRun::Start(name),
+        (_, None) => NextRun::Idle,
     }
+}
+
+/// Rule 5: an Automatic tenant that is not provisioned gets its Provision run, one per generation, a
+/// failed one retried after [`retry_delay`] up to [`MAX_PROVISION_ATTEMPTS`] times.
+pub fn automatic_provision(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> NextRun {
+    if tenant.spec.provisioning != ProvisioningPolicy::Automatic
+        || tenant.is_provisioned()
+        || provision_runs(runs, tenant.history()).in_flight
+    {
+        return NextRun::Idle;
+    }
+    next_attempt(
+        tenant,
+        runs,
+        RunAction::Provision,
+        MAX_PROVISION_ATTEMPTS,
+        now,
+    )
 }
 
 /// A new RunJob for `tenant`, owned by it and carrying the RunJob controller's finalizer from birth
@@ -455,17 +508,23 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
     let owner = tenant
         .controller_owner_ref(&())
         .expect("a stored tenant has a name and uid");
+    // A Deprovision run must outlive a foreground deletion of its tenant (see `reclaim`).
+    let owners = (action != RunAction::Deprovision).then(|| vec![owner]);
     RunJob {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: tenant.namespace(),
-            owner_references: Some(vec![owner]),
+            owner_references: owners,
             finalizers: Some(vec![RUNJOB_FINALIZER.to_owned()]),
             labels: Some({
                 let mut labels = crate::labels::for_tenant("run", &tenant.name_any());
                 labels.insert(
                     "sentry.io/action".to_owned(),
                     action.as_str().to_lowercase(),
+                );
+                labels.insert(
+                    crate::labels::TENANT_UID.to_owned(),
+                    tenant.uid().unwrap_or_default(),
                 );
                 labels
             }),
@@ -503,13 +562,21 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         return Ok(Action::await_change());
     }
     let _timer = ctx.metrics.reconcile_timer("tenant");
+    let name = name_of(tenant.as_ref())?;
+    let all_runs = ctx.runs_of(&name);
+    let mut runs: Vec<Arc<RunJob>> = all_runs
+        .iter()
+        .filter(|r| r.is_for(&tenant))
+        .cloned()
+        .collect();
+    let now = ctx.clock.now();
+
     // Rule 1.
     if tenant.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        let taken: Vec<String> = all_runs.iter().map(|r| r.name_any()).collect();
+        return reconcile_deleting(&tenant, runs, &taken, &ctx).await;
     }
-    let name = name_of(tenant.as_ref())?;
-    let mut runs = ctx.runs_of(&name);
-    let now = ctx.clock.now();
+    reclaim::ensure_finalizer(&tenant, &ctx).await?;
     let mut next = Action::await_change();
 
     // Rule 4.
@@ -518,20 +585,64 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
     }
     // Rule 5.
     match automatic_provision(&tenant, &runs, now) {
-        AutoProvision::Start(run_name) => {
+        NextRun::Start(run_name) => {
             runs.extend(create_run(&tenant, &run_name, RunAction::Provision, &ctx).await?);
         }
-        AutoProvision::RetryAt { at, .. } => next = requeue_at(at, now),
-        AutoProvision::Idle | AutoProvision::GaveUp => {}
+        NextRun::RetryAt { at, .. } => next = requeue_at(at, now),
+        NextRun::Idle | NextRun::GaveUp => {}
     }
 
     // Rules 2, 3, 6.
-    let desired = desired_status(&tenant, &runs, now);
+    write_status(&tenant, &runs, now, &ctx).await?;
+    Ok(next)
+}
+
+/// Rule 1: a tenant being deleted waits for its runs, gets its Deprovision run, and is released once
+/// that succeeded (see [`reclaim`]).
+async fn reconcile_deleting(
+    tenant: &Tenant,
+    mut runs: Vec<Arc<RunJob>>,
+    taken: &[String],
+    ctx: &Context,
+) -> Result<Action> {
+    if !tenant.finalizers().iter().any(|f| f == TENANT_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let now = ctx.clock.now();
+    let step = reclaim::reclaim_step(tenant, &runs, now);
+    match &step {
+        Reclaim::Release => return reclaim::release(tenant, ctx).await,
+        Reclaim::Next(NextRun::Start(run_name)) => {
+            // An earlier tenant of this name may have left its Deprovision run (it has no owner to
+            // go with): this one's takes the next free serial.
+            let run_name = reclaim::unclaimed(run_name, taken);
+            runs.extend(create_run(tenant, &run_name, RunAction::Deprovision, ctx).await?);
+        }
+        _ => {}
+    }
+    write_status(tenant, &runs, now, ctx).await?;
+    Ok(reclaim::next_wake(&step, now))
+}
+
+/// Rules 2, 3 and 6: the owned part of the status, written only when it changed.
+async fn write_status(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    now: Timestamp,
+    ctx: &Context,
+) -> Result<()> {
+    let desired = desired_status(tenant, runs, now);
     let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
     if desired != current {
-        apply_status(&ctx.tenants(), &name, TENANT_CONTROLLER, &desired).await?;
+        apply_status(
+            &ctx.tenants(),
+            &name_of(tenant)?,
+            TENANT_CONTROLLER,
+            &desired,
+        )
+        .await?;
     }
-    Ok(next)
+    Ok(())
 }
 
 /// Creates a run the rules asked for; returns it so this reconcile's status already counts it (`None`
@@ -715,7 +826,7 @@ mod tests {
     fn a_failed_provision_is_described_with_its_run_and_message() {
         let at = "2026-12-01T12:00:00Z";
         let mut failed = record("acme-provision-1", RunPhase::Failed, at);
-        let idle = AutoProvision::Idle;
+        let idle = NextRun::Idle;
         assert_eq!(
             failed_message(&[], std::slice::from_ref(&failed), &idle),
             "Provision run acme-provision-1 failed"
@@ -726,7 +837,7 @@ mod tests {
             "Provision run acme-provision-1 failed: ClickHouse refused the login"
         );
         assert_eq!(failed_message(&[], &[], &idle), "Provision run failed");
-        let retry = AutoProvision::RetryAt {
+        let retry = NextRun::RetryAt {
             attempt: 2,
             at: "2026-12-01T12:00:15Z".parse().unwrap(),
         };
@@ -735,7 +846,7 @@ mod tests {
             "Provision run acme-provision-1 failed: ClickHouse refused the login. Attempt 2 of 4 starts at 2026-12-01T12:00:15Z"
         );
         assert_eq!(
-            failed_message(&[], &[failed], &AutoProvision::GaveUp),
+            failed_message(&[], &[failed], &NextRun::GaveUp),
             "Provision run acme-provision-1 failed: ClickHouse refused the login. Gave up after 4 attempts for this spec: fix the cause, then click Retry or change the spec"
         );
     }
@@ -777,6 +888,7 @@ mod tests {
                 ("app.kubernetes.io/version", env!("CARGO_PKG_VERSION")),
                 ("sentry.io/action", "suspend"),
                 ("sentry.io/tenant", "acme"),
+                ("sentry.io/tenant-uid", "uid-acme"),
             ]
         );
         assert_eq!(

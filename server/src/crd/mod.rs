@@ -12,7 +12,8 @@ pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,
 };
 pub use tenant::{
-    ProvisioningPolicy, RunRecord, SecretRef, Tenant, TenantPhase, TenantSpec, TenantStatus,
+    ProvisioningPolicy, ReclaimPolicy, RunRecord, SecretRef, Tenant, TenantPhase, TenantSpec,
+    TenantStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -22,6 +23,9 @@ pub const GROUP: &str = "sentry.io";
 pub const VERSION: &str = "v1alpha1";
 /// Finalizer the RunJob controller puts on every RunJob so it can delete the Job with Background propagation.
 pub const RUNJOB_FINALIZER: &str = "sentry.io/runjob-cleanup";
+/// On every live Tenant: released only once its Deprovision run carried out the reclaim policy (or
+/// at once for a tenant no run ever touched ClickHouse for).
+pub const TENANT_FINALIZER: &str = "sentry.io/tenant-reclaim";
 
 /// Both CRDs, in the order they are applied.
 pub fn crds() -> Vec<CustomResourceDefinition> {

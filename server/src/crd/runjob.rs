@@ -18,7 +18,7 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     category = "sentry",
     derive = "PartialEq",
     derive = "Default",
-    doc = "One run of Provision, Suspend or Resume for a tenant, carried out by the Job it controls.",
+    doc = "One run of Provision, Suspend, Resume or Deprovision for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -90,16 +90,24 @@ pub enum RunAction {
     Provision,
     Suspend,
     Resume,
+    /// Carries out the reclaim policy of a Tenant being deleted; made by the Tenant controller.
+    Deprovision,
 }
 
 impl RunAction {
-    pub const ALL: [RunAction; 3] = [Self::Provision, Self::Suspend, Self::Resume];
+    pub const ALL: [RunAction; 4] = [
+        Self::Provision,
+        Self::Suspend,
+        Self::Resume,
+        Self::Deprovision,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Provision => "Provision",
             Self::Suspend => "Suspend",
             Self::Resume => "Resume",
+            Self::Deprovision => "Deprovision",
         }
     }
 }
@@ -112,7 +120,9 @@ impl std::str::FromStr for RunAction {
             .into_iter()
             .find(|a| a.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("unknown action {s:?}: expected one of Provision, Suspend, Resume")
+                format!(
+                    "unknown action {s:?}: expected one of Provision, Suspend, Resume, Deprovision"
+                )
             })
     }
 }
@@ -185,5 +195,30 @@ impl RunJob {
     /// Not yet finished: counts as "in flight" for the tenant's phase and for duplicate-click protection.
     pub fn is_in_flight(&self) -> bool {
         !self.is_finished() && self.metadata.deletion_timestamp.is_none()
+    }
+
+    /// Whether this run was made for `tenant` itself, not for an earlier Tenant of the same name: its
+    /// Tenant owner reference, else its tenant-uid label, names that uid. A run made by hand that
+    /// neither names yet (the RunJob controller adds them) goes by `spec.tenant` alone.
+    pub fn is_for(&self, tenant: &super::Tenant) -> bool {
+        let Some(uid) = tenant.metadata.uid.as_deref() else {
+            return true;
+        };
+        let owner = self
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Tenant");
+        let label = self
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::labels::TENANT_UID));
+        match (owner, label) {
+            (Some(owner), _) => owner.uid == uid,
+            (None, Some(label)) => label == uid,
+            (None, None) => true,
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
     printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspended"),
     printcolumn(name = "Provisioning", type_ = "string", priority = 1, json_path = ".spec.provisioning"),
+    printcolumn(name = "Reclaim", type_ = "string", priority = 1, json_path = ".spec.reclaimPolicy"),
     printcolumn(name = "Logins", type_ = "string", json_path = r#".status.conditions[?(@.type=="AccessLocked")].reason"#),
     printcolumn(name = "Database", type_ = "string", json_path = ".status.clickHouseDatabaseName"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
@@ -45,6 +46,43 @@ pub struct TenantSpec {
     /// fails). Manual: a Provision run starts only from the dashboard or a RunJob someone creates.
     #[serde(default)]
     pub provisioning: ProvisioningPolicy,
+    /// What deleting the Tenant does in ClickHouse. Retain: its user's logins are locked and its
+    /// database, user and credentials Secret are kept, for a new Tenant of the same name to adopt.
+    /// Delete: its user and database are dropped and its Secret deleted.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+/// What a Deprovision run (started when the Tenant is deleted) does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ReclaimPolicy {
+    /// Lock the user's logins; keep database, user and credentials Secret for re-adoption.
+    #[default]
+    Retain,
+    /// Drop the user and the database, delete the credentials Secret.
+    Delete,
+}
+
+impl ReclaimPolicy {
+    pub const ALL: [ReclaimPolicy; 2] = [Self::Retain, Self::Delete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retain => "Retain",
+            Self::Delete => "Delete",
+        }
+    }
+}
+
+impl std::str::FromStr for ReclaimPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown reclaim policy {s:?}: expected Retain or Delete"))
+    }
 }
 
 /// Who starts a tenant's Provision run.
@@ -120,15 +158,18 @@ pub enum TenantPhase {
     Active,
     Suspended,
     Failed,
+    /// Deleted: waiting for its Deprovision run (the reclaim policy) before it goes.
+    Terminating,
 }
 
 impl TenantPhase {
-    pub const ALL: [TenantPhase; 5] = [
+    pub const ALL: [TenantPhase; 6] = [
         Self::Pending,
         Self::Provisioning,
         Self::Active,
         Self::Suspended,
         Self::Failed,
+        Self::Terminating,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -138,6 +179,7 @@ impl TenantPhase {
             Self::Active => "Active",
             Self::Suspended => "Suspended",
             Self::Failed => "Failed",
+            Self::Terminating => "Terminating",
         }
     }
 }

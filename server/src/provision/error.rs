@@ -25,7 +25,7 @@ pub enum ProvisionError {
     )]
     ServerTooOld { version: String },
     #[error(
-        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER and the tenant privileges WITH GRANT OPTION"
+        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER, DROP USER, DROP DATABASE and the tenant privileges WITH GRANT OPTION"
     )]
     PermissionDenied { message: String },
     #[error("ClickHouse refused a statement: {message}")]
@@ -34,6 +34,10 @@ pub enum ProvisionError {
     TenantMissing { name: String, namespace: String },
     #[error("tenant {name:?} is being deleted; nothing to do")]
     TenantDeleting { name: String },
+    #[error(
+        "tenant {name:?} is not being deleted: Deprovision runs only for a Tenant being deleted (delete the Tenant; its spec.reclaimPolicy decides what happens in ClickHouse)"
+    )]
+    NotDeleting { name: String },
     #[error("tenant {name:?} is not provisioned yet: run Provision first")]
     NotProvisioned { name: String },
     #[error(

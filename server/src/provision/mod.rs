@@ -13,13 +13,15 @@ mod tenant_sync;
 
 pub use clickhouse::{Auth, ChError, ClickHouse, HttpClickHouse};
 pub use error::ProvisionError;
-pub use tenant_sync::{PASSWORD_KEY, TenantSync};
+pub use tenant_sync::{PASSWORD_KEY, RETAINED_FOR, TenantSync};
 
 use std::io::Write as _;
 
 use clap::Args;
 
-use crate::crd::{RunAction, Tenant};
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{ReclaimPolicy, RunAction, Tenant};
 use crate::names::TenantName;
 use sql::{MIN_VERSION, TenantIdents, parse_version};
 
@@ -82,6 +84,10 @@ pub struct ProvisionArgs {
     /// Print the SQL statements, one a line, password redacted, and execute nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run and --action deprovision: the reclaim policy whose statements to print (a real
+    /// run reads the Tenant's spec.reclaimPolicy).
+    #[arg(long, value_parser = parse_reclaim_policy, default_value = "Retain")]
+    pub reclaim_policy: ReclaimPolicy,
     /// Id of the RunJob this run belongs to (for logs).
     #[arg(long, env = "SENTRY_TENANTS_RUN_ID", hide = true)]
     pub run_id: Option<String>,
@@ -91,6 +97,10 @@ pub struct ProvisionArgs {
 }
 
 fn parse_action(s: &str) -> Result<RunAction, String> {
+    s.parse()
+}
+
+fn parse_reclaim_policy(s: &str) -> Result<ReclaimPolicy, String> {
     s.parse()
 }
 
@@ -114,6 +124,18 @@ pub enum Outcome {
     /// ClickHouse left alone, so a late run never moves the lock away from the spec.
     Superseded {
         suspended: bool,
+    },
+    /// Provision of a new Tenant that took over what a deleted one of its name retained.
+    Adopted {
+        database: String,
+    },
+    /// Deprovision under reclaimPolicy Retain.
+    Retained {
+        database: String,
+    },
+    /// Deprovision under reclaimPolicy Delete.
+    Dropped {
+        database: String,
     },
 }
 
@@ -142,6 +164,15 @@ impl Outcome {
             Self::Superseded { suspended: false } => {
                 "skipped: the tenant was resumed after this Suspend run was made; ClickHouse left as it was".to_owned()
             }
+            Self::Adopted { database } => format!(
+                "provisioned database {database} by adopting the user and credentials Secret a deleted tenant of this name retained"
+            ),
+            Self::Retained { database } => format!(
+                "retained database {database}, its user (logins locked) and its credentials Secret (labelled {RETAINED_FOR})"
+            ),
+            Self::Dropped { database } => {
+                format!("dropped database {database} and its user, deleted its credentials Secret")
+            }
         }
     }
 }
@@ -162,11 +193,46 @@ impl<C: ClickHouse> Provisioner<C> {
     ) -> Result<Outcome, ProvisionError> {
         let tenant = self.sync.tenant(name).await?;
         let ids = TenantIdents::for_tenant(name).expect("derived from a validated tenant name");
+        let deleting = tenant.meta().deletion_timestamp.is_some();
+        let name_s = || name.to_string();
         match action {
+            RunAction::Deprovision if !deleting => {
+                Err(ProvisionError::NotDeleting { name: name_s() })
+            }
+            RunAction::Deprovision => self.deprovision(&tenant, &ids).await,
+            _ if deleting => Err(ProvisionError::TenantDeleting { name: name_s() }),
             RunAction::Provision => self.provision(name, &tenant, &ids).await,
             RunAction::Suspend | RunAction::Resume => {
                 self.set_locked(name, &tenant, &ids, action == RunAction::Suspend)
                     .await
+            }
+        }
+    }
+
+    /// Carries out the reclaim policy of a Tenant being deleted. Idempotent: a re-run finds the lock,
+    /// the label or the drops already done.
+    async fn deprovision(
+        &self,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<Outcome, ProvisionError> {
+        let name = TenantName::parse(&tenant.name_any())?;
+        let database = ids.database.as_str().to_owned();
+        self.check_version().await?;
+        match tenant.spec.reclaim_policy {
+            ReclaimPolicy::Retain => {
+                if self.user_exists(ids).await? {
+                    self.exec(&sql::set_locked(ids, true).sql).await?;
+                }
+                self.sync.retain_secret(&name, tenant).await?;
+                Ok(Outcome::Retained { database })
+            }
+            ReclaimPolicy::Delete => {
+                for statement in sql::drop_tenant(ids) {
+                    self.exec(&statement.sql).await?;
+                }
+                self.sync.delete_secret(&name, tenant).await?;
+                Ok(Outcome::Dropped { database })
             }
         }
     }
@@ -197,6 +263,14 @@ impl<C: ClickHouse> Provisioner<C> {
         }
 
         self.check_version().await?;
+        // What a deleted Tenant of this name retained becomes this one's: said in the outcome and its
+        // Event, and never a new password.
+        let adopted = self.sync.adopt_retained(name, tenant).await?;
+        let tenant = &if adopted {
+            self.sync.tenant(name).await?
+        } else {
+            tenant.clone()
+        };
         let user_exists = self.user_exists(ids).await?;
         let on_file = self.sync.existing_password(name, tenant).await?;
         let (password, created) = match (on_file, user_exists, self.rotate) {
@@ -245,6 +319,8 @@ impl<C: ClickHouse> Provisioner<C> {
         self.sync.report(name, tenant, locked).await?;
         Ok(if rotated {
             Outcome::Rotated { database }
+        } else if adopted {
+            Outcome::Adopted { database }
         } else {
             Outcome::Provisioned {
                 database,
@@ -367,10 +443,12 @@ impl ProvisionArgs {
 pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
     let name = args.checked_tenant()?;
     let ids = TenantIdents::for_tenant(&name).expect("derived from a validated tenant name");
-    Ok(sql::plan(args.action, &ids, "<redacted>", false)
-        .iter()
-        .map(ToString::to_string)
-        .collect())
+    Ok(
+        sql::plan(args.action, &ids, "<redacted>", false, args.reclaim_policy)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+    )
 }
 
 /// The subcommand: dry-run, or a real run whose failure is one line on stderr and in the termination log.

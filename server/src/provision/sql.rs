@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::crd::RunAction;
+use crate::crd::{ReclaimPolicy, RunAction};
 use crate::names::TenantName;
 
 /// SQL-driven access control (`CREATE USER`, `GRANT`, `ALTER USER … HOST`) arrived in ClickHouse 20.4.
@@ -165,21 +165,39 @@ pub fn rotate(ids: &TenantIdents, password_sha256_hex: &str) -> Statement {
     }
 }
 
+/// Deprovision under `reclaimPolicy: Delete`: the user first (its logins end), then the database.
+/// Each is idempotent.
+pub fn drop_tenant(ids: &TenantIdents) -> Vec<Statement> {
+    vec![
+        Statement::plain(format!("DROP USER IF EXISTS {}", ids.user)),
+        Statement::plain(format!("DROP DATABASE IF EXISTS {}", ids.database)),
+    ]
+}
+
 /// Every statement an action can send, in order, for `--dry-run` and the parser test.
 pub fn plan(
     action: RunAction,
     ids: &TenantIdents,
     password_sha256_hex: &str,
     locked: bool,
+    reclaim: ReclaimPolicy,
 ) -> Vec<Statement> {
-    let mut out = vec![select_version(), user_exists(&ids.user)];
+    let mut out = vec![select_version()];
+    match (action, reclaim) {
+        (RunAction::Deprovision, ReclaimPolicy::Delete) => {
+            out.extend(drop_tenant(ids));
+            return out;
+        }
+        _ => out.push(user_exists(&ids.user)),
+    }
     match action {
         RunAction::Provision => {
             out.extend(provision(ids, password_sha256_hex, locked));
             // Sent only when the user already existed.
             out.push(set_locked(ids, locked));
         }
-        RunAction::Suspend => out.push(set_locked(ids, true)),
+        // Deprovision under Retain locks the user's logins, if it exists.
+        RunAction::Suspend | RunAction::Deprovision => out.push(set_locked(ids, true)),
         RunAction::Resume => out.push(set_locked(ids, false)),
     }
     out
@@ -234,9 +252,15 @@ mod tests {
 
     #[test]
     fn printed_statements_never_show_the_hash() {
-        for st in plan(RunAction::Provision, &ids("acme"), "deadbeef", false)
-            .iter()
-            .chain([&rotate(&ids("acme"), "deadbeef")])
+        for st in plan(
+            RunAction::Provision,
+            &ids("acme"),
+            "deadbeef",
+            false,
+            ReclaimPolicy::Retain,
+        )
+        .iter()
+        .chain([&rotate(&ids("acme"), "deadbeef")])
         {
             assert!(!st.to_string().contains("deadbeef"), "{st}");
         }
@@ -265,7 +289,7 @@ mod tests {
     #[test]
     fn each_action_plans_its_statements_in_order() {
         let redacted = |action, locked| -> Vec<String> {
-            plan(action, &ids("acme"), "ab", locked)
+            plan(action, &ids("acme"), "ab", locked, ReclaimPolicy::Retain)
                 .iter()
                 .map(ToString::to_string)
                 .collect()
@@ -294,6 +318,29 @@ mod tests {
         assert_eq!(
             redacted(RunAction::Resume, true),
             [&probe[..], &["ALTER USER `tenant_acme_user` HOST ANY"]].concat()
+        );
+        assert_eq!(
+            redacted(RunAction::Deprovision, false),
+            [&probe[..], &["ALTER USER `tenant_acme_user` HOST NONE"]].concat(),
+            "Retain locks the logins and keeps the rest"
+        );
+        let delete: Vec<String> = plan(
+            RunAction::Deprovision,
+            &ids("acme"),
+            "ab",
+            false,
+            ReclaimPolicy::Delete,
+        )
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            delete,
+            [
+                "SELECT version()",
+                "DROP USER IF EXISTS `tenant_acme_user`",
+                "DROP DATABASE IF EXISTS `tenant_acme`",
+            ]
         );
     }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::json;
@@ -48,12 +48,114 @@ impl TenantSync {
                 name: name.to_string(),
                 namespace: self.namespace.clone(),
             })?;
-        if tenant.meta().deletion_timestamp.is_some() {
-            return Err(ProvisionError::TenantDeleting {
-                name: name.to_string(),
-            });
-        }
         Ok(tenant)
+    }
+
+    async fn credentials_secret(
+        &self,
+        name: &TenantName,
+    ) -> Result<Option<Secret>, ProvisionError> {
+        let secret_name = name.credentials_secret();
+        self.secrets()
+            .get_opt(&secret_name)
+            .await
+            .map_err(|e| ProvisionError::kube(format!("get secret {secret_name}"), e))
+    }
+
+    /// A credentials Secret a deleted Tenant of this name left behind (reclaimPolicy Retain) becomes
+    /// this Tenant's: owned by it again, the retained label gone. Returns whether it adopted one.
+    pub async fn adopt_retained(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<bool, ProvisionError> {
+        let Some(secret) = self.credentials_secret(name).await? else {
+            return Ok(false);
+        };
+        if claim(&secret, name, tenant)? != Claim::Retained {
+            return Ok(false);
+        }
+        let patch = json!({ "metadata": {
+            "resourceVersion": secret.metadata.resource_version,
+            "ownerReferences": tenant.controller_owner_ref(&()).map(|o| vec![o]),
+            "labels": { RETAINED_FOR: null },
+        }});
+        self.patch_secret(name, &patch, "adopt").await?;
+        Ok(true)
+    }
+
+    /// reclaimPolicy Retain: the Secret outlives its Tenant — its owner reference removed (so the
+    /// garbage collector leaves it), labelled as retained for this tenant name. A Secret that is not
+    /// this tenant's is left as it is.
+    pub async fn retain_secret(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<(), ProvisionError> {
+        let Some(secret) = self.credentials_secret(name).await? else {
+            return Ok(());
+        };
+        if claim(&secret, name, tenant).ok() != Some(Claim::Ours) {
+            return Ok(());
+        }
+        let patch = json!({ "metadata": {
+            "resourceVersion": secret.metadata.resource_version,
+            "ownerReferences": [],
+            "labels": { RETAINED_FOR: name.as_str() },
+        }});
+        self.patch_secret(name, &patch, "retain").await
+    }
+
+    /// reclaimPolicy Delete: the Secret goes with its Tenant, if it is this tenant's (or retained for
+    /// its name); the uid precondition makes sure it is the one looked at.
+    pub async fn delete_secret(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<(), ProvisionError> {
+        let Some(secret) = self.credentials_secret(name).await? else {
+            return Ok(());
+        };
+        if claim(&secret, name, tenant).is_err() {
+            return Ok(());
+        }
+        let secret_name = name.credentials_secret();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: secret.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.secrets().delete(&secret_name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(ProvisionError::kube(
+                format!("delete secret {secret_name}"),
+                e,
+            )),
+        }
+    }
+
+    async fn patch_secret(
+        &self,
+        name: &TenantName,
+        patch: &serde_json::Value,
+        what: &str,
+    ) -> Result<(), ProvisionError> {
+        let secret_name = name.credentials_secret();
+        self.secrets()
+            .patch(
+                &secret_name,
+                &PatchParams {
+                    field_manager: Some(MANAGER.into()),
+                    ..Default::default()
+                },
+                &Patch::Merge(patch),
+            )
+            .await
+            .map_err(|e| ProvisionError::kube(format!("{what} secret {secret_name}"), e))?;
+        Ok(())
     }
 
     /// The password already on file, if the Secret exists and is this tenant's.
@@ -62,13 +164,7 @@ impl TenantSync {
         name: &TenantName,
         tenant: &Tenant,
     ) -> Result<Option<String>, ProvisionError> {
-        let secret_name = name.credentials_secret();
-        let Some(secret) = self
-            .secrets()
-            .get_opt(&secret_name)
-            .await
-            .map_err(|e| ProvisionError::kube(format!("get secret {secret_name}"), e))?
-        else {
+        let Some(secret) = self.credentials_secret(name).await? else {
             return Ok(None);
         };
         password_on_file(&secret, name, tenant).map(Some)
@@ -206,6 +302,9 @@ impl TenantSync {
             Outcome::Locked => "AccessLocked",
             Outcome::Unlocked => "AccessUnlocked",
             Outcome::Superseded { .. } => "RunSuperseded",
+            Outcome::Adopted { .. } => "RetainedAdopted",
+            Outcome::Retained { .. } => "Retained",
+            Outcome::Dropped { .. } => "Dropped",
         };
         let recorder = Recorder::new(
             self.client.clone(),
@@ -242,15 +341,23 @@ pub fn generate_password() -> Result<String, ProvisionError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A credentials Secret's password, if the Secret is `tenant`'s: controlled by this Tenant's uid. A
+/// On a credentials Secret a deleted Tenant left behind (reclaimPolicy Retain): the tenant name it is
+/// kept for. Only a new Tenant of that name adopts it.
+pub const RETAINED_FOR: &str = "sentry.io/retained-for";
+
+/// Whose a credentials Secret is, as far as the provisioner may act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// Controlled by this Tenant (its uid).
+    Ours,
+    /// No controlling owner, and retained by us for this tenant name.
+    Retained,
+}
+
+/// Whether `secret` is `tenant`'s: controlled by this Tenant's uid, or retained for its name. A
 /// Secret that only has the name — the admin Secret a tenant's name happens to spell, one made by
 /// hand or by another tool, one of another object — is never read for a password nor changed.
-fn password_on_file(
-    secret: &Secret,
-    name: &TenantName,
-    tenant: &Tenant,
-) -> Result<String, ProvisionError> {
-    let secret_name = name.credentials_secret();
+fn claim(secret: &Secret, name: &TenantName, tenant: &Tenant) -> Result<Claim, ProvisionError> {
     let uid = tenant.meta().uid.as_deref().unwrap_or_default();
     let controller = secret
         .metadata
@@ -258,23 +365,34 @@ fn password_on_file(
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true));
+    let retained_for = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(RETAINED_FOR));
     match controller {
-        Some(owner) if owner.kind == "Tenant" && owner.uid == uid => {}
-        other => {
-            return Err(ProvisionError::ForeignSecret {
-                tenant: name.to_string(),
-                secret: secret_name,
-                owner: match other {
-                    Some(o) => format!("it is controlled by {} {} (uid {})", o.kind, o.name, o.uid),
-                    None => {
-                        "it has no controlling owner: made by hand or by another tool".to_owned()
-                    }
-                },
-            });
-        }
+        Some(owner) if owner.kind == "Tenant" && owner.uid == uid => Ok(Claim::Ours),
+        None if retained_for.map(String::as_str) == Some(name.as_str()) => Ok(Claim::Retained),
+        other => Err(ProvisionError::ForeignSecret {
+            tenant: name.to_string(),
+            secret: name.credentials_secret(),
+            owner: match other {
+                Some(o) => format!("it is controlled by {} {} (uid {})", o.kind, o.name, o.uid),
+                None => "it has no controlling owner: made by hand or by another tool".to_owned(),
+            },
+        }),
     }
+}
+
+/// A credentials Secret's password, if the Secret is `tenant`'s ([`claim`]).
+fn password_on_file(
+    secret: &Secret,
+    name: &TenantName,
+    tenant: &Tenant,
+) -> Result<String, ProvisionError> {
+    claim(secret, name, tenant)?;
     password_of(secret).ok_or(ProvisionError::BadSecret {
-        secret: secret_name,
+        secret: name.credentials_secret(),
     })
 }
 

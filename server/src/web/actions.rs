@@ -22,7 +22,7 @@ use serde_json::json;
 
 use super::serve::Peer;
 use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
-use crate::crd::{ProvisioningPolicy, RunAction, Tenant, TenantSpec};
+use crate::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, Tenant, TenantSpec};
 use crate::names::{TenantName, validate_display_name};
 
 pub struct Actions {
@@ -195,6 +195,9 @@ pub struct CreateForm {
     /// "Automatic" or "Manual"; absent means the CRD's default (Automatic).
     #[serde(default)]
     provisioning: Option<String>,
+    /// "Retain" or "Delete"; absent means the CRD's default (Retain).
+    #[serde(default)]
+    reclaim_policy: Option<String>,
     return_to: Option<String>,
 }
 
@@ -213,17 +216,19 @@ async fn create_tenant(
     let name = form.name.trim().to_owned();
     let display = form.display_name.trim().to_owned();
     let policy = form.provisioning.as_deref().unwrap_or("Automatic");
+    let reclaim = form.reclaim_policy.as_deref().unwrap_or("Retain");
     let echo = [
         ("name", name.as_str()),
         ("display_name", display.as_str()),
         ("provisioning", policy),
+        ("reclaim_policy", reclaim),
     ];
-    let outcome = create(&a, &name, &display, policy).await;
+    let outcome = create(&a, &name, &display, policy, reclaim).await;
     attribute(&a, "Create", &name, &outcome, peer).await;
     reply(&headers, outcome, &return_to, &echo)
 }
 
-async fn create(a: &Actions, name: &str, display: &str, policy: &str) -> Outcome {
+async fn create(a: &Actions, name: &str, display: &str, policy: &str, reclaim: &str) -> Outcome {
     let name = match TenantName::parse(name) {
         Ok(n) => n,
         Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -232,6 +237,10 @@ async fn create(a: &Actions, name: &str, display: &str, policy: &str) -> Outcome
         return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
     }
     let provisioning: ProvisioningPolicy = match policy.parse() {
+        Ok(p) => p,
+        Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e),
+    };
+    let reclaim_policy: ReclaimPolicy = match reclaim.parse() {
         Ok(p) => p,
         Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e),
     };
@@ -246,6 +255,7 @@ async fn create(a: &Actions, name: &str, display: &str, policy: &str) -> Outcome
             display_name: (!display.is_empty()).then(|| display.to_owned()),
             suspended: false,
             provisioning,
+            reclaim_policy,
         },
         status: None,
     };

@@ -36,7 +36,8 @@ async fn fact(b: &fantoccini::Client, term: &str) -> String {
 }
 
 #[test]
-fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_a_run_counted_down_to_cleanup() {
+fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_a_run_counted_down_to_cleanup()
+ {
     let _turn = one_browser_at_a_time();
     sentry_tenants_tests::block_on(async {
         let s = setup("browser").await;

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use sentry_tenants::crd::RunAction;
+use sentry_tenants::crd::{ReclaimPolicy, RunAction};
 use sentry_tenants::names::{MAX_TENANT_NAME, TenantName};
 use sentry_tenants::provision::sha256_hex;
 use sentry_tenants::provision::sql::{
@@ -82,7 +82,10 @@ fn every_generated_statement() -> Vec<String> {
         let ids = TenantIdents::for_tenant(&TenantName::parse(&name).unwrap()).unwrap();
         for action in RunAction::ALL {
             for locked in [false, true] {
-                out.extend(plan(action, &ids, &hash, locked).into_iter().map(|s| s.sql));
+                for reclaim in ReclaimPolicy::ALL {
+                    let statements = plan(action, &ids, &hash, locked, reclaim);
+                    out.extend(statements.into_iter().map(|s| s.sql));
+                }
             }
         }
         out.push(rotate(&ids, &hash).sql);

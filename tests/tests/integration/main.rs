@@ -16,6 +16,7 @@ mod installer;
 mod leader_election;
 mod operator_process;
 mod provisioner;
+mod reclaim;
 mod runjob_rules;
 mod stale_cache_drill;
 mod tenant_rules;

@@ -1,0 +1,218 @@
+//! Rule 1 of the Tenant reconciler: deletion with a reclaim policy.
+//!
+//! Every live Tenant carries [`TENANT_FINALIZER`]. When one is deleted:
+//! - a tenant no run ever touched ClickHouse for (never provisioned, no Provision run live or
+//!   recorded) is released at once;
+//! - otherwise its runs in flight finish first (a Provision still running could create the user after
+//!   a Deprovision dropped it), then a `Deprovision` run carries out `spec.reclaimPolicy` — one at a
+//!   time, a failed one retried after 15 s, 30 s and 60 s, four attempts, the reason on the
+//!   `Reclaimed` condition — and the finalizer goes only once one succeeded.
+//!
+//! A Deprovision run is not owned by its Tenant: a foreground deletion would have the garbage
+//! collector delete it before it ran. It names its Tenant by uid in a label instead.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube::api::Patch;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::tenant::{NextRun, next_attempt};
+use super::{Context, Result, name_of, requeue_at, write_params};
+use crate::crd::{RunAction, RunJob, TENANT_FINALIZER, Tenant};
+
+/// Deprovision attempts per generation before the reconciler stops and waits for a spec change (or for
+/// someone to remove the finalizer by hand).
+pub const MAX_DEPROVISION_ATTEMPTS: u64 = 4;
+
+/// What a deleted tenant waits for, or may do, now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Nothing (left) to do in ClickHouse: remove the finalizer.
+    Release,
+    /// A run of another action is in flight; the Deprovision run starts after it.
+    WaitForRun(String),
+    /// The Deprovision run in flight.
+    InFlight(String),
+    /// The next Deprovision attempt.
+    Next(NextRun),
+}
+
+fn carries_finalizer(tenant: &Tenant) -> bool {
+    tenant.finalizers().iter().any(|f| f == TENANT_FINALIZER)
+}
+
+/// Whether any run may have changed ClickHouse for this tenant: it was provisioned, or a Provision
+/// run exists or is recorded (a failed one may have created the user before it failed).
+fn touched_clickhouse(tenant: &Tenant, runs: &[Arc<RunJob>]) -> bool {
+    tenant.is_provisioned()
+        || runs.iter().any(|r| r.spec.action == RunAction::Provision)
+        || tenant
+            .history()
+            .iter()
+            .any(|h| h.action == RunAction::Provision)
+}
+
+/// What deleting `tenant` needs now; `runs` are this tenant's (see [`RunJob::is_for`]).
+pub fn reclaim_step(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> Reclaim {
+    if !touched_clickhouse(tenant, runs) {
+        return Reclaim::Release;
+    }
+    let in_flight = |deprovision: bool| {
+        runs.iter()
+            .find(|r| (r.spec.action == RunAction::Deprovision) == deprovision && r.is_in_flight())
+            .map(|r| r.name_any())
+    };
+    if let Some(run) = in_flight(false) {
+        return Reclaim::WaitForRun(run);
+    }
+    if let Some(run) = in_flight(true) {
+        return Reclaim::InFlight(run);
+    }
+    match next_attempt(
+        tenant,
+        runs,
+        RunAction::Deprovision,
+        MAX_DEPROVISION_ATTEMPTS,
+        now,
+    ) {
+        NextRun::Idle => Reclaim::Release,
+        next => Reclaim::Next(next),
+    }
+}
+
+/// The `Reclaimed` condition of a tenant being deleted: (reason, message).
+pub fn reclaim_condition(tenant: &Tenant, step: &Reclaim, last_failure: &str) -> (String, String) {
+    let policy = tenant.spec.reclaim_policy.as_str();
+    let (reason, message) = match step {
+        Reclaim::Release => ("Reclaimed", format!("reclaimPolicy {policy} carried out")),
+        Reclaim::WaitForRun(run) => (
+            "WaitingForRun",
+            format!(
+                "Run {run} is still in flight; the Deprovision run (reclaimPolicy {policy}) starts once it finished"
+            ),
+        ),
+        Reclaim::InFlight(run) | Reclaim::Next(NextRun::Start(run)) => (
+            "Deprovisioning",
+            format!("Deprovision run {run} is carrying out reclaimPolicy {policy}"),
+        ),
+        Reclaim::Next(NextRun::RetryAt { attempt, at }) => (
+            "DeprovisionRetrying",
+            format!(
+                "{last_failure}. Attempt {attempt} of {MAX_DEPROVISION_ATTEMPTS} starts at {}",
+                at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+        ),
+        Reclaim::Next(NextRun::GaveUp | NextRun::Idle) => (
+            "DeprovisionFailed",
+            format!(
+                "{last_failure}. Gave up after {MAX_DEPROVISION_ATTEMPTS} attempts: fix the cause, then change the spec to try again \
+                 (or remove the finalizer {TENANT_FINALIZER} to delete the Tenant without carrying out reclaimPolicy {policy})"
+            ),
+        ),
+    };
+    (reason.to_owned(), message)
+}
+
+/// A live tenant gets the finalizer before anything is done for it.
+pub async fn ensure_finalizer(tenant: &Tenant, ctx: &Context) -> Result<()> {
+    if carries_finalizer(tenant) {
+        return Ok(());
+    }
+    let mut finalizers = tenant.finalizers().to_vec();
+    finalizers.push(TENANT_FINALIZER.to_owned());
+    patch_finalizers(tenant, finalizers, ctx).await
+}
+
+/// Removes our finalizer (and only ours); the apiserver then deletes the Tenant, and the garbage
+/// collector what it owns.
+pub async fn release(tenant: &Tenant, ctx: &Context) -> Result<Action> {
+    let remaining: Vec<String> = tenant
+        .finalizers()
+        .iter()
+        .filter(|f| *f != TENANT_FINALIZER)
+        .cloned()
+        .collect();
+    patch_finalizers(tenant, remaining, ctx).await?;
+    Ok(Action::await_change())
+}
+
+/// Replaces the finalizer list, on the condition that it is still the one this decision was made
+/// from (a JSON patch `test`; with no list yet, the resourceVersion), so a finalizer someone else
+/// added meanwhile is never dropped.
+async fn patch_finalizers(tenant: &Tenant, finalizers: Vec<String>, ctx: &Context) -> Result<()> {
+    let name = name_of(tenant)?;
+    let tenants = ctx.tenants();
+    let patched = match tenant.meta().finalizers.as_ref() {
+        Some(current) => {
+            let ops = json!([
+                { "op": "test", "path": "/metadata/finalizers", "value": current },
+                { "op": "replace", "path": "/metadata/finalizers", "value": finalizers },
+            ]);
+            let patch: json_patch::Patch =
+                serde_json::from_value(ops).expect("well-formed JSON patch");
+            tenants
+                .patch(&name, &write_params(), &Patch::Json::<()>(patch))
+                .await
+        }
+        None => {
+            let patch = json!({ "metadata": {
+                "resourceVersion": tenant.resource_version(),
+                "finalizers": finalizers,
+            }});
+            tenants
+                .patch(&name, &write_params(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    match patched {
+        Ok(_) => Ok(()),
+        // Gone already: nothing left to hold.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `name`, or the first name after it with a higher serial that no run in `taken` has.
+pub fn unclaimed(name: &str, taken: &[String]) -> String {
+    let (prefix, serial) = name
+        .rsplit_once('-')
+        .expect("a run name ends with its serial");
+    let mut serial: u64 = serial.parse().expect("a run name ends with its serial");
+    loop {
+        let candidate = format!("{prefix}-{serial}");
+        if !taken.contains(&candidate) {
+            return candidate;
+        }
+        serial += 1;
+    }
+}
+
+/// When to wake up for a deleted tenant: at a retry's time, else on the next change.
+pub fn next_wake(step: &Reclaim, now: Timestamp) -> Action {
+    match step {
+        Reclaim::Next(NextRun::RetryAt { at, .. }) => requeue_at(*at, now),
+        _ => Action::await_change(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_unclaimed_name_skips_the_serials_other_runs_hold() {
+        let taken = [
+            "acme-deprovision-20".to_owned(),
+            "acme-deprovision-21".to_owned(),
+        ];
+        assert_eq!(
+            super::unclaimed("acme-deprovision-20", &taken),
+            "acme-deprovision-22"
+        );
+        assert_eq!(
+            super::unclaimed("acme-deprovision-30", &taken),
+            "acme-deprovision-30"
+        );
+    }
+}

@@ -1,0 +1,454 @@
+//! Deleting a tenant, against the in-memory API: the reclaim finalizer on every live tenant, released
+//! at once when nothing touched ClickHouse, else only after a Deprovision run succeeded (after any
+//! run in flight, retried with backoff, the reason on the `Reclaimed` condition); and the
+//! provisioner's side of both policies, with the recording ClickHouse seam.
+
+use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use sentry_tenants::crd::{
+    ReclaimPolicy, RunAction, RunJob, TENANT_FINALIZER, Tenant, TenantPhase,
+};
+use sentry_tenants::names::TenantName;
+use sentry_tenants::provision::{
+    PASSWORD_KEY, ProvisionError, Provisioner, RETAINED_FOR, TenantSync,
+};
+use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
+use sentry_tenants_tests::{Cluster, NS};
+use serde_json::json;
+
+const MODERN: &str = "24.8.4.13";
+const USER: &str = "tenant_acme_user";
+const DATABASE: &str = "tenant_acme";
+
+fn condition(t: &Tenant, type_: &str) -> Option<(String, String, String)> {
+    let c = t
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn runs_of(c: &Cluster, action: RunAction) -> Vec<RunJob> {
+    c.runjobs()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.spec.action == action)
+        .collect()
+}
+
+async fn delete_tenant(c: &Cluster, name: &str) {
+    c.tenants()
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+async fn gone(c: &Cluster, name: &str) -> bool {
+    c.tenants().get_opt(name).await.unwrap().is_none()
+}
+
+/// A tenant the provisioner reported provisioned (no real run: the rule tests play the provisioner).
+async fn provisioned(c: &Cluster, name: &str) {
+    c.create_tenant(name).await;
+    c.report_provisioned(name).await;
+    c.settle().await;
+    assert_eq!(c.tenant(name).await.phase(), Some(TenantPhase::Active));
+}
+
+#[tokio::test]
+async fn every_live_tenant_carries_the_finalizer_and_keeps_its_generation() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.settle().await;
+    let t = c.tenant("acme").await;
+    assert_eq!(t.finalizers(), [TENANT_FINALIZER]);
+    assert_eq!(
+        t.metadata.generation,
+        Some(1),
+        "a metadata change is no new spec"
+    );
+    let writes = c.log.writes().len();
+    c.settle().await;
+    assert_eq!(c.log.writes().len(), writes, "added once");
+}
+
+#[tokio::test]
+async fn a_tenant_nothing_touched_clickhouse_for_is_released_at_once() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.settle().await;
+    delete_tenant(&c, "acme").await;
+    c.settle().await;
+    assert!(gone(&c, "acme").await);
+    assert_eq!(c.log.creates_of("runjobs"), 0, "no Deprovision run");
+}
+
+#[tokio::test]
+async fn a_provisioned_tenant_goes_only_after_its_deprovision_run_succeeded() {
+    let c = Cluster::new().await;
+    provisioned(&c, "acme").await;
+    delete_tenant(&c, "acme").await;
+    for _ in 0..3 {
+        c.settle().await;
+    }
+    let t = c.tenant("acme").await;
+    assert_eq!(t.phase(), Some(TenantPhase::Terminating));
+    let runs = runs_of(&c, RunAction::Deprovision).await;
+    assert_eq!(runs.len(), 1, "one run: {runs:?}");
+    let run = &runs[0];
+    assert_eq!(run.name_any(), "acme-deprovision-10");
+    assert!(
+        run.owner_references().is_empty(),
+        "not owned: a foreground deletion must not take it"
+    );
+    assert_eq!(
+        run.labels().get("sentry.io/tenant-uid"),
+        t.metadata.uid.as_ref()
+    );
+    assert_eq!(
+        condition(&t, "Reclaimed"),
+        Some((
+            "False".into(),
+            "Deprovisioning".into(),
+            "Deprovision run acme-deprovision-10 is carrying out reclaimPolicy Retain".into()
+        ))
+    );
+    c.job_running("acme-deprovision-10").await;
+    c.settle().await;
+    assert!(!gone(&c, "acme").await, "held while the run runs");
+    c.job_succeeded("acme-deprovision-10").await;
+    c.settle().await;
+    assert!(gone(&c, "acme").await);
+    // The run stays for its TTL, then goes like any other.
+    assert!(c.run("acme-deprovision-10").await.is_some());
+    c.clock.advance(SignedDuration::from_secs(301));
+    c.settle().await;
+    assert!(c.run("acme-deprovision-10").await.is_none());
+}
+
+#[tokio::test]
+async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
+    c.settle().await;
+    c.job_running("acme-provision-1").await;
+    c.settle().await;
+    delete_tenant(&c, "acme").await;
+    c.settle().await;
+    let t = c.tenant("acme").await;
+    assert_eq!(
+        condition(&t, "Reclaimed").map(|(_, reason, _)| reason),
+        Some("WaitingForRun".into())
+    );
+    assert!(runs_of(&c, RunAction::Deprovision).await.is_empty());
+    assert_eq!(
+        c.run("acme-provision-1").await.unwrap().phase(),
+        Some(sentry_tenants::crd::RunPhase::Running),
+        "a started run follows its Job, whatever happened to the tenant"
+    );
+    // It fails (the provisioner refuses a tenant being deleted, or ClickHouse did): the user may
+    // exist, so the Deprovision run still comes.
+    c.job_failed(
+        "acme-provision-1",
+        "BackoffLimitExceeded",
+        "tenant is being deleted",
+    )
+    .await;
+    c.settle().await;
+    assert_eq!(runs_of(&c, RunAction::Deprovision).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_deprovision_is_retried_then_the_escape_hatch_is_named() {
+    let c = Cluster::new().await;
+    provisioned(&c, "acme").await;
+    delete_tenant(&c, "acme").await;
+    c.settle().await;
+    for (attempt, delay) in [(2u64, 15i64), (3, 30), (4, 60)] {
+        let run = format!("acme-deprovision-1{}", attempt - 2);
+        c.job_failed(&run, "BackoffLimitExceeded", "ClickHouse unreachable")
+            .await;
+        c.settle().await;
+        let (_, reason, message) = condition(&c.tenant("acme").await, "Reclaimed").unwrap();
+        assert_eq!(reason, "DeprovisionRetrying");
+        assert!(
+            message.starts_with(&format!(
+                "Deprovision run {run} failed: Job failed (BackoffLimitExceeded): ClickHouse unreachable. Attempt {attempt} of 4 starts at"
+            )),
+            "{message}"
+        );
+        c.clock.advance(SignedDuration::from_secs(delay));
+        c.settle().await;
+        assert_eq!(
+            runs_of(&c, RunAction::Deprovision).await.len() as u64,
+            attempt
+        );
+    }
+    c.job_failed(
+        "acme-deprovision-13",
+        "BackoffLimitExceeded",
+        "ClickHouse unreachable",
+    )
+    .await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(3600));
+    c.settle().await;
+    let t = c.tenant("acme").await;
+    let (status, reason, message) = condition(&t, "Reclaimed").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "DeprovisionFailed")
+    );
+    assert!(
+        message.contains("Gave up after 4 attempts")
+            && message.contains("remove the finalizer sentry.io/tenant-reclaim"),
+        "{message}"
+    );
+    assert_eq!(c.log.creates_of("runjobs"), 4);
+    // The escape hatch: removing the finalizer by hand lets it go.
+    let patch = json!({"metadata": {"finalizers": null}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    c.settle().await;
+    assert!(gone(&c, "acme").await);
+}
+
+#[tokio::test]
+async fn a_new_tenant_of_the_same_name_takes_nothing_from_the_old_ones_runs() {
+    let c = Cluster::new().await;
+    provisioned(&c, "acme").await;
+    delete_tenant(&c, "acme").await;
+    c.settle().await;
+    c.job_succeeded("acme-deprovision-10").await;
+    c.settle().await;
+    assert!(gone(&c, "acme").await);
+    // Re-created while the old Deprovision run waits for its TTL.
+    provisioned(&c, "acme").await;
+    let t = c.tenant("acme").await;
+    assert!(t.history().is_empty(), "{:?}", t.history());
+    delete_tenant(&c, "acme").await;
+    c.settle().await;
+    let mut names: Vec<String> = runs_of(&c, RunAction::Deprovision)
+        .await
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["acme-deprovision-10", "acme-deprovision-11"],
+        "the old run is not taken for this tenant's"
+    );
+    assert!(
+        !gone(&c, "acme").await,
+        "the old run's success releases nothing"
+    );
+    c.job_succeeded("acme-deprovision-11").await;
+    c.settle().await;
+    assert!(gone(&c, "acme").await);
+}
+
+fn provisioner(c: &Cluster, ch: &RecordingClickHouse) -> Provisioner<RecordingClickHouse> {
+    Provisioner {
+        clickhouse: ch.clone(),
+        clickhouse_url: "http://clickhouse:8123".into(),
+        sync: TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy"),
+        rotate: false,
+    }
+}
+
+fn acme() -> TenantName {
+    TenantName::parse("acme").unwrap()
+}
+
+async fn secret(c: &Cluster) -> Option<Secret> {
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get_opt("acme-clickhouse")
+        .await
+        .unwrap()
+}
+
+fn password_of(secret: &Secret) -> Vec<u8> {
+    secret.data.as_ref().unwrap()[PASSWORD_KEY].0.clone()
+}
+
+/// A tenant provisioned by the real provisioner, then deleted (held by its finalizer).
+async fn provisioned_then_deleted(c: &Cluster, ch: &RecordingClickHouse, policy: ReclaimPolicy) {
+    c.create_tenant("acme").await;
+    let patch = json!({"spec": {"reclaimPolicy": policy.as_str()}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    c.settle().await;
+    provisioner(c, ch)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    delete_tenant(c, "acme").await;
+}
+
+#[tokio::test]
+async fn retain_locks_the_user_keeps_the_rest_and_a_new_tenant_adopts_it_with_the_same_password() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioned_then_deleted(&c, &ch, ReclaimPolicy::Retain).await;
+    let before = password_of(&secret(&c).await.unwrap());
+    ch.clear();
+    let outcome = provisioner(&c, &ch)
+        .run(&acme(), RunAction::Deprovision)
+        .await
+        .unwrap();
+    assert!(
+        outcome
+            .describe()
+            .starts_with("retained database tenant_acme")
+    );
+    assert_eq!(ch.ddl(), ["ALTER USER `tenant_acme_user` HOST NONE"]);
+    assert_eq!(ch.is_locked(USER), Some(true));
+    assert!(ch.has_user(USER) && ch.has_database(DATABASE));
+    let kept = secret(&c).await.unwrap();
+    assert!(kept.owner_references().is_empty(), "{:?}", kept.metadata);
+    assert_eq!(
+        kept.labels().get(RETAINED_FOR).map(String::as_str),
+        Some("acme")
+    );
+    // Idempotent: a second run finds it all done.
+    provisioner(&c, &ch)
+        .run(&acme(), RunAction::Deprovision)
+        .await
+        .unwrap();
+
+    // The tenant goes; a new one of the same name adopts what was retained.
+    let patch = json!({"metadata": {"finalizers": null}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert!(gone(&c, "acme").await);
+    let new = c.create_tenant("acme").await;
+    ch.clear();
+    let outcome = provisioner(&c, &ch)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    assert!(
+        outcome
+            .describe()
+            .contains("by adopting the user and credentials Secret"),
+        "{}",
+        outcome.describe()
+    );
+    let adopted = secret(&c).await.unwrap();
+    assert_eq!(password_of(&adopted), before, "byte-identical password");
+    assert_eq!(
+        adopted.owner_references()[0].uid,
+        new.metadata.uid.unwrap(),
+        "owned by the new tenant"
+    );
+    assert!(!adopted.labels().contains_key(RETAINED_FOR));
+    assert_eq!(ch.password_changes(), 0, "never a rotation");
+    assert_eq!(ch.is_locked(USER), Some(false), "logins allowed again");
+    let password = String::from_utf8(before).unwrap();
+    assert!(ch.may_log_in(USER, &password));
+}
+
+#[tokio::test]
+async fn delete_drops_user_and_database_and_deletes_the_secret() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioned_then_deleted(&c, &ch, ReclaimPolicy::Delete).await;
+    assert!(ch.has_user(USER) && ch.has_database(DATABASE));
+    ch.clear();
+    for _ in 0..2 {
+        let outcome = provisioner(&c, &ch)
+            .run(&acme(), RunAction::Deprovision)
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.describe(),
+            "dropped database tenant_acme and its user, deleted its credentials Secret"
+        );
+    }
+    assert_eq!(
+        ch.ddl(),
+        [
+            "DROP USER IF EXISTS `tenant_acme_user`",
+            "DROP DATABASE IF EXISTS `tenant_acme`",
+            "DROP USER IF EXISTS `tenant_acme_user`",
+            "DROP DATABASE IF EXISTS `tenant_acme`",
+        ],
+        "idempotent"
+    );
+    assert!(!ch.has_user(USER) && !ch.has_database(DATABASE));
+    assert!(secret(&c).await.is_none());
+}
+
+#[tokio::test]
+async fn deprovision_of_a_live_tenant_is_refused_and_changes_nothing() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    c.create_tenant("acme").await;
+    provisioner(&c, &ch)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    ch.clear();
+    let err = provisioner(&c, &ch)
+        .run(&acme(), RunAction::Deprovision)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProvisionError::NotDeleting { .. }), "{err}");
+    assert!(ch.statements().is_empty());
+    assert!(
+        secret(&c)
+            .await
+            .unwrap()
+            .labels()
+            .get(RETAINED_FOR)
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_secret_of_the_name_that_is_not_the_tenants_is_left_alone_by_either_policy() {
+    for policy in ReclaimPolicy::ALL {
+        let c = Cluster::new().await;
+        let ch = RecordingClickHouse::new(MODERN);
+        c.create_tenant("acme").await;
+        let patch = json!({"spec": {"reclaimPolicy": policy.as_str()}});
+        c.tenants()
+            .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let foreign: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "acme-clickhouse", "namespace": NS, "labels": {"team": "db"}},
+            "stringData": {"password": "someone else's"}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(c.admin.clone(), NS)
+            .create(&Default::default(), &foreign)
+            .await
+            .unwrap();
+        c.settle().await;
+        delete_tenant(&c, "acme").await;
+        provisioner(&c, &ch)
+            .run(&acme(), RunAction::Deprovision)
+            .await
+            .unwrap();
+        let after = secret(&c).await.expect("still there");
+        assert_eq!(after.labels().get("team").map(String::as_str), Some("db"));
+        assert!(!after.labels().contains_key(RETAINED_FOR), "{policy:?}");
+    }
+}
