@@ -116,14 +116,19 @@ pub fn reclaim_condition(tenant: &Tenant, step: &Reclaim, last_failure: &str) ->
     (reason.to_owned(), message)
 }
 
-/// A live tenant gets the finalizer before anything is done for it.
-pub async fn ensure_finalizer(tenant: &Tenant, ctx: &Context) -> Result<()> {
+/// A live tenant gets the finalizer before any run is made for it. Returns whether it carries it: not
+/// when this copy of the tenant is out of date (a conflict), and a newer one is on its way.
+pub async fn ensure_finalizer(tenant: &Tenant, ctx: &Context) -> Result<bool> {
     if carries_finalizer(tenant) {
-        return Ok(());
+        return Ok(true);
     }
     let mut finalizers = tenant.finalizers().to_vec();
     finalizers.push(TENANT_FINALIZER.to_owned());
-    patch_finalizers(tenant, finalizers, ctx).await
+    match patch_finalizers(tenant, finalizers, ctx).await {
+        Ok(()) => Ok(true),
+        Err(super::Error::Kube(kube::Error::Api(e))) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes our finalizer (and only ours); the apiserver then deletes the Tenant, and the garbage

@@ -576,20 +576,22 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         let taken: Vec<String> = all_runs.iter().map(|r| r.name_any()).collect();
         return reconcile_deleting(&tenant, runs, &taken, &ctx).await;
     }
-    reclaim::ensure_finalizer(&tenant, &ctx).await?;
+    // No run is made for a tenant before it carries the reclaim finalizer: a deletion meanwhile would
+    // leave what the run created in ClickHouse behind.
+    let finalized = reclaim::ensure_finalizer(&tenant, &ctx).await?;
     let mut next = Action::await_change();
 
     // Rule 4.
-    if let Some((action, run_name)) = lock_run_needed(&tenant, &runs) {
+    if finalized && let Some((action, run_name)) = lock_run_needed(&tenant, &runs) {
         runs.extend(create_run(&tenant, &run_name, action, &ctx).await?);
     }
     // Rule 5.
     match automatic_provision(&tenant, &runs, now) {
-        NextRun::Start(run_name) => {
+        NextRun::Start(run_name) if finalized => {
             runs.extend(create_run(&tenant, &run_name, RunAction::Provision, &ctx).await?);
         }
         NextRun::RetryAt { at, .. } => next = requeue_at(at, now),
-        NextRun::Idle | NextRun::GaveUp => {}
+        _ => {}
     }
 
     // Rules 2, 3, 6.

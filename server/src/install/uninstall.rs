@@ -1,8 +1,8 @@
 //! `uninstall`: removes the operator and its RBAC; keeps the CRDs and every tenant unless told to delete
-//! them, and never leaves a RunJob stuck behind a finalizer nobody will remove. Order matters: the
-//! operator is stopped first (a running one would add the finalizers back), then the finalizers of the
-//! install namespace's RunJobs are released (other namespaces belong to other installs), then the rest
-//! goes. A namespace is deleted only if `install` created it.
+//! them, and never leaves a RunJob or a Tenant stuck behind a finalizer nobody will remove. Order
+//! matters: the operator is stopped first (a running one would add the finalizers back), then the
+//! finalizers of the install namespace's RunJobs and Tenants are released (other namespaces belong to
+//! other installs), then the rest goes. A namespace is deleted only if `install` created it.
 
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use super::apply::{
     api_error, cluster_roles, cluster_scoped_selector,
 };
 use super::progress::Progress;
-use crate::crd::{RUNJOB_FINALIZER, RunJob, Tenant};
+use crate::crd::{RUNJOB_FINALIZER, RunJob, TENANT_FINALIZER, Tenant};
 use crate::leader::LEASE_NAME;
 
 /// The operator's Deployment (manifests/deployment.yaml).
@@ -66,8 +66,13 @@ pub async fn uninstall(
     let mut report = UninstallReport::default();
     let delete_crds = opts.delete_crds;
     stop_operator(client, namespace, opts, progress, &mut report).await?;
-    // With the operator stopped, nobody would remove these.
-    release_runjob_finalizers(client, namespace, progress, &mut report).await?;
+    // With the operator stopped, nobody would remove these. A tenant deleted after this goes without
+    // its Deprovision run (its ClickHouse user and database stay, unlocked); a re-install puts the
+    // finalizer back on every tenant left.
+    release_finalizers::<RunJob>(client, namespace, RUNJOB_FINALIZER, progress, &mut report)
+        .await?;
+    release_finalizers::<Tenant>(client, namespace, TENANT_FINALIZER, progress, &mut report)
+        .await?;
 
     for (group, version, kind) in NAMESPACED_KINDS {
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
@@ -218,32 +223,41 @@ async fn stop_operator(
 }
 
 /// Removes our finalizer from the RunJobs of the install namespace (the one this operator watched).
-async fn release_runjob_finalizers(
+/// Removes `finalizer` from every object of kind `K` in the namespace (other finalizers stay).
+async fn release_finalizers<K>(
     client: &Client,
     namespace: &str,
+    finalizer: &str,
     progress: &Progress,
     report: &mut UninstallReport,
-) -> Result<(), InstallError> {
-    let api: Api<RunJob> = Api::namespaced(client.clone(), namespace);
-    let runs = match api.list(&ListParams::default()).await {
+) -> Result<(), InstallError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let kind = K::kind(&());
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let objects = match api.list(&ListParams::default()).await {
         Ok(list) => list.items,
         Err(e) if absent(&e) => return Ok(()), // CRD not installed: nothing to release
-        Err(e) => return Err(api_error("list RunJobs", &e)),
+        Err(e) => return Err(api_error(&format!("list {kind}s"), &e)),
     };
-    for run in runs
+    for obj in objects
         .into_iter()
-        .filter(|r| r.finalizers().iter().any(|f| f == RUNJOB_FINALIZER))
+        .filter(|o| o.finalizers().iter().any(|f| f == finalizer))
     {
-        let remaining: Vec<&String> = run
+        let remaining: Vec<&String> = obj
             .finalizers()
             .iter()
-            .filter(|f| *f != RUNJOB_FINALIZER)
+            .filter(|f| *f != finalizer)
             .collect();
-        let patch = json!({ "metadata": { "finalizers": remaining, "resourceVersion": run.resource_version() } });
-        let what = format!("RunJob {namespace}/{}", run.name_any());
+        let patch = json!({ "metadata": { "finalizers": remaining, "resourceVersion": obj.resource_version() } });
+        let what = format!("{kind} {namespace}/{}", obj.name_any());
         match api
             .patch(
-                &run.name_any(),
+                &obj.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )

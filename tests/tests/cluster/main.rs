@@ -15,6 +15,7 @@ mod leader;
 mod operator;
 mod provision;
 mod rbac;
+mod reclaim;
 mod replicas;
 mod restart_drill;
 mod suspend;

@@ -1,6 +1,6 @@
 //! The RBAC we ship is exactly what the code calls: a whole tenant lifecycle on the real control plane
 //! (install, a tenant created and provisioned from the dashboard, a run cleaned up, suspend by kubectl,
-//! resume from the dashboard, the tenant's and the run's pages), then the apiserver's audit log is
+//! resume from the dashboard, the tenant's and the run's pages, deletion with each reclaim policy), then the apiserver's audit log is
 //! read for what our two ServiceAccounts asked, and compared with the Roles of the bundle both ways:
 //! no request outside them, no grant that nothing used.
 
@@ -122,6 +122,29 @@ async fn lifecycle_then_compare() {
         asked_for(&s, OPERATOR, "update", "leases", "sentry-tenants-leader").then_some(())
     })
     .await;
+
+    // Deleting with each reclaim policy: Retain (acme, the default) releases the Secret from its
+    // owner, Delete (globex) deletes it; both go only after their Deprovision runs.
+    s.apply(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: globex\nspec:\n  reclaimPolicy: Delete\n",
+    );
+    tenant_in_phase(&s, "globex", TenantPhase::Active).await;
+    let (deleted, _, err) = s.plane.kubectl(
+        &[
+            "delete",
+            "tenant",
+            "acme",
+            "globex",
+            "-n",
+            &s.ns,
+            "--wait=false",
+        ],
+        None,
+    );
+    assert!(deleted, "{err}");
+    let tenants = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns);
+    wait_gone(&tenants, "acme").await;
+    wait_gone(&tenants, "globex").await;
 
     let jobs = Api::<Job>::namespaced(s.admin.clone(), &s.ns)
         .list(&ListParams::default().labels("sentry.io/runjob"))

@@ -138,7 +138,10 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
     let report = uninstall_quietly(&s.admin, &s.ns).await;
     assert_eq!(
         report.released_finalizers,
-        [format!("RunJob {}/acme-provision-1", s.ns)]
+        [
+            format!("RunJob {}/acme-provision-1", s.ns),
+            format!("Tenant {}/acme", s.ns)
+        ]
     );
     // Had an operator survived, it would have put the finalizer back by now (it watches RunJobs).
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
@@ -148,4 +151,9 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
         .await
         .unwrap();
     wait_gone(&runs, "acme-provision-1").await;
+    // The tenant too: deleting it with no operator left goes through (nothing reclaims it).
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    assert!(tenants.get("acme").await.unwrap().finalizers().is_empty());
+    tenants.delete("acme", &Default::default()).await.unwrap();
+    wait_gone(&tenants, "acme").await;
 }

@@ -1,0 +1,127 @@
+//! Deleting a tenant on the real control plane, with each reclaim policy: what stays and what goes, in
+//! ClickHouse (the HTTP stand-in's record of the statements) and in Kubernetes (the apiserver and its
+//! garbage collector), and a Tenant re-created under a retained name adopting what was kept.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
+use sentry_tenants::provision::RETAINED_FOR;
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
+
+use crate::provision::{password, tenant_in_phase};
+use crate::{Setup, setup};
+
+const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
+
+fn automatic_tenant(name: &str, reclaim: &str) -> String {
+    format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\nspec:\n  reclaimPolicy: {reclaim}\n"
+    )
+}
+
+/// `kubectl delete tenant NAME` (with `--cascade`), returning at once; the test waits for the outcome.
+fn kubectl_delete(s: &Setup, name: &str, cascade: &str) {
+    let (ok, _, err) = s.plane.kubectl(
+        &[
+            "delete",
+            "tenant",
+            name,
+            "-n",
+            &s.ns,
+            "--wait=false",
+            &format!("--cascade={cascade}"),
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+}
+
+async fn deprovision_runs(s: &Setup, tenant: &str) -> Vec<RunJob> {
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    runs.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.spec.tenant == tenant && r.name_any().contains("-deprovision-"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retain_keeps_a_locked_user_database_and_secret_and_a_new_tenant_adopts_them() {
+    let s = setup("reclaim-retain").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    s.apply(&automatic_tenant("acme", "Retain"));
+    let first = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let pw = password(&s, "acme").await;
+    let hash = ch.user_hash("tenant_acme_user");
+
+    kubectl_delete(&s, "acme", "background");
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_gone(&tenants, "acme").await;
+    // ClickHouse: user kept with its password, logins locked; database kept.
+    assert_eq!(ch.is_locked("tenant_acme_user"), Some(true));
+    assert!(ch.has_database("tenant_acme"));
+    assert_eq!(ch.user_hash("tenant_acme_user"), hash);
+    // Kubernetes: the Secret outlived its tenant, released by its owner and labelled for the name.
+    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
+    let kept = secrets.get("acme-clickhouse").await.unwrap();
+    assert!(kept.owner_references().is_empty(), "{:?}", kept.metadata);
+    assert_eq!(
+        kept.labels().get(RETAINED_FOR).map(String::as_str),
+        Some("acme")
+    );
+    let runs = deprovision_runs(&s, "acme").await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].phase(), Some(RunPhase::Succeeded));
+
+    // A new Tenant of the same name adopts them: the same password, logins allowed again.
+    s.apply(&automatic_tenant("acme", "Retain"));
+    let second = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    assert_ne!(second.metadata.uid, first.metadata.uid);
+    assert_eq!(password(&s, "acme").await, pw, "never rotated");
+    assert_eq!(ch.user_hash("tenant_acme_user"), hash);
+    assert!(ch.may_log_in("tenant_acme_user", &pw));
+    let adopted = secrets.get("acme-clickhouse").await.unwrap();
+    assert_eq!(
+        adopted.owner_references().first().map(|o| &o.uid),
+        second.metadata.uid.as_ref()
+    );
+    assert!(!adopted.labels().contains_key(RETAINED_FOR));
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}
+
+/// Foreground deletion: the garbage collector deletes the tenant's dependents before the tenant, so
+/// the Deprovision run, which must outlive that, is not one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_drops_user_and_database_and_deletes_the_secret_even_in_foreground() {
+    let s = setup("reclaim-delete").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    s.apply(&automatic_tenant("globex", "Delete"));
+    tenant_in_phase(&s, "globex", TenantPhase::Active).await;
+    assert!(ch.has_user("tenant_globex_user") && ch.has_database("tenant_globex"));
+
+    kubectl_delete(&s, "globex", "foreground");
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    let terminating = wait_until("globex Terminating", async || {
+        let t = tenants.get_opt("globex").await.ok()??;
+        (t.phase() == Some(TenantPhase::Terminating)).then_some(t)
+    })
+    .await;
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    wait_gone(&tenants, "globex").await;
+    assert!(!ch.has_user("tenant_globex_user"), "user dropped");
+    assert!(!ch.has_database("tenant_globex"), "database dropped");
+    let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_gone(&secrets, "globex-clickhouse").await;
+    let runs = deprovision_runs(&s, "globex").await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].phase(), Some(RunPhase::Succeeded));
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}
