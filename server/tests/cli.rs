@@ -96,6 +96,32 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
             .unwrap()
             .ends_with("ALTER USER `tenant_acme_user` HOST ANY;\n")
     );
+
+    // Deprovision prints what each reclaim policy sends.
+    for (policy, want) in [
+        (
+            "retain",
+            "SELECT version();\nSELECT count() FROM system.users WHERE name = 'tenant_acme_user';\nALTER USER `tenant_acme_user` HOST NONE;\n",
+        ),
+        (
+            "Delete",
+            "SELECT version();\nDROP USER IF EXISTS `tenant_acme_user`;\nDROP DATABASE IF EXISTS `tenant_acme`;\n",
+        ),
+    ] {
+        let out = bin()
+            .args([
+                "provision-tenant",
+                "acme",
+                "--action",
+                "deprovision",
+                "--reclaim-policy",
+                policy,
+                "--dry-run",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), want, "{policy}");
+    }
 }
 
 #[test]
@@ -529,7 +555,12 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
         (
             &["provision-tenant", "acme", "--action", "delete"],
             2,
-            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume",
+            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision",
+        ),
+        (
+            &["provision-tenant", "acme", "--reclaim-policy", "keep"],
+            2,
+            "error: invalid value 'keep' for '--reclaim-policy <RECLAIM_POLICY>': unknown reclaim policy \"keep\": expected Retain or Delete",
         ),
         (
             &["provision-tenant", "acme", "--clickhouse-url", "ftp://x"],

@@ -173,7 +173,14 @@ fn the_readme_admin_account_statements_parse_and_cover_the_tenant_grant() {
         statements[2],
         format!("GRANT {TENANT_PRIVILEGES} ON *.* TO sentry_admin WITH GRANT OPTION")
     );
-    for needed in ["CREATE DATABASE", "CREATE USER", "ALTER USER", "SHOW USERS"] {
+    for needed in [
+        "CREATE DATABASE",
+        "CREATE USER",
+        "ALTER USER",
+        "SHOW USERS",
+        "DROP USER",
+        "DROP DATABASE",
+    ] {
         assert!(
             statements[1].contains(needed),
             "{needed}: {}",
