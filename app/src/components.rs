@@ -78,7 +78,7 @@ pub fn EmptyState(
     }
 }
 
-/// Provision / Suspend / Resume for one tenant, each shown only when the tenant's state allows it and
+/// Provision / Suspend / Resume / Rotate for one tenant, each shown only when the tenant's state allows it and
 /// the dashboard is not read-only. Suspend asks for a confirmation first (a link to the same page with
 /// `?confirm=suspend`), which works the same with and without JavaScript.
 #[component]
@@ -104,6 +104,11 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
             {row.can_resume().then(|| view! {
                 <PostForm action=format!("/actions/tenants/{name}/resume")>
                     <button type="submit" class="btn">"Resume"</button>
+                </PostForm>
+            })}
+            {row.can_rotate().then(|| view! {
+                <PostForm action=format!("/actions/tenants/{name}/rotate")>
+                    <button type="submit" class="btn" title="Issue a new password; the old one keeps working for the tenant's rotation grace period where ClickHouse allows it">"Rotate credentials"</button>
                 </PostForm>
             })}
         </div>

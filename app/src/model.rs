@@ -39,6 +39,10 @@ impl TenantRow {
             "Provision"
         }
     }
+    /// A new password needs credentials to replace: only once provisioned.
+    pub fn can_rotate(&self) -> bool {
+        self.database.is_some()
+    }
     pub fn can_suspend(&self) -> bool {
         !self.suspended
     }
@@ -339,7 +343,8 @@ mod tests {
             database: Some("tenant_acme".into()),
             ..row.clone()
         };
-        assert!(!active.can_provision());
+        assert!(!active.can_provision() && active.can_rotate());
+        assert!(!row.can_rotate(), "nothing to rotate before provisioning");
         let suspended = TenantRow {
             suspended: true,
             ..row

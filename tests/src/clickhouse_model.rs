@@ -12,6 +12,9 @@ pub struct Model {
     pub users: HashMap<String, String>,
     pub locked: HashMap<String, bool>,
     pub databases: HashSet<String>,
+    /// User → an older password hash still accepted until the time given (`VALID UNTIL`), as a
+    /// rotation on a server holding several authentication methods leaves it.
+    pub previous: HashMap<String, (String, jiff::Timestamp)>,
 }
 
 fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
@@ -56,6 +59,7 @@ impl Model {
         } else if let Some(user) = quoted_after(sql, "DROP USER IF EXISTS ") {
             self.users.remove(user);
             self.locked.remove(user);
+            self.previous.remove(user);
         } else if sql.starts_with("CREATE USER IF NOT EXISTS ") {
             let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
                 .unwrap_or_default()
@@ -70,8 +74,23 @@ impl Model {
                 .unwrap_or_default()
                 .to_owned();
             if sql.contains(" BY ") {
-                let hash = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
-                self.users.insert(user.clone(), hash);
+                let first = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
+                // `IDENTIFIED WITH sha256_hash BY 'old' VALID UNTIL 't', sha256_hash BY 'new'`: both
+                // methods, the old one until `t`; a plain `IDENTIFIED … BY 'h'` replaces them all.
+                match quoted_after(sql, " VALID UNTIL ") {
+                    Some(until) => {
+                        let new = quoted_after(sql, ", sha256_hash BY ")
+                            .unwrap_or_default()
+                            .to_owned();
+                        let until = until.parse().expect("VALID UNTIL is an RFC 3339 time");
+                        self.previous.insert(user.clone(), (first, until));
+                        self.users.insert(user.clone(), new);
+                    }
+                    None => {
+                        self.previous.remove(&user);
+                        self.users.insert(user.clone(), first);
+                    }
+                }
             }
             if sql.contains(" HOST ") {
                 self.locked.insert(user, host_locked);
@@ -102,8 +121,13 @@ impl Model {
             .is_some_and(|h| *h == sha256_hex(password))
     }
 
-    /// Whether `user` may log in with `password`: the right password and logins not locked.
+    /// Whether `user` may log in with `password`: its password, or an older one still valid, and
+    /// logins not locked.
     pub fn may_log_in(&self, user: &str, password: &str) -> bool {
-        self.password_matches(user, password) && !self.locked.get(user).copied().unwrap_or(false)
+        let older = self.previous.get(user).is_some_and(|(hash, until)| {
+            *hash == sha256_hex(password) && jiff::Timestamp::now() < *until
+        });
+        (self.password_matches(user, password) || older)
+            && !self.locked.get(user).copied().unwrap_or(false)
     }
 }

@@ -535,13 +535,14 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
     }
 }
 
-/// The name for a new Provision run someone starts (a click): one past the highest serial among the
+/// The name for a new run of `action` someone starts (a click): one past the highest serial among the
 /// tenant's live runs and its history, so a retry after a failure gets a fresh name while two clicks
-/// racing for the same name collide on AlreadyExists (and start one run). For an Automatic tenant it is
-/// never below this generation's first serial, so a click racing the reconciler names the same run.
-pub fn next_provision_run(tenant: &Tenant, runs: &[Arc<RunJob>]) -> String {
+/// racing for the same name collide on AlreadyExists (and start one run). For an Automatic tenant's
+/// Provision it is never below this generation's first serial, so a click racing the reconciler names
+/// the same run.
+pub fn next_run_by_hand(tenant: &Tenant, runs: &[Arc<RunJob>], action: RunAction) -> String {
     let name = tenant.name_any();
-    let prefix = format!("{name}-provision-");
+    let prefix = format!("{name}-{}-", action.as_str().to_ascii_lowercase());
     let serial = |n: &str| n.strip_prefix(&prefix).and_then(|s| s.parse::<u64>().ok());
     let highest = runs
         .iter()
@@ -549,12 +550,14 @@ pub fn next_provision_run(tenant: &Tenant, runs: &[Arc<RunJob>]) -> String {
         .chain(tenant.history().iter().filter_map(|h| serial(&h.name)))
         .max()
         .unwrap_or(0);
-    let first = match tenant.spec.provisioning {
-        ProvisioningPolicy::Automatic => generation(tenant) * ATTEMPTS_PER_GENERATION,
-        ProvisioningPolicy::Manual => 0,
+    let first = match (action, tenant.spec.provisioning) {
+        (RunAction::Provision, ProvisioningPolicy::Automatic) => {
+            generation(tenant) * ATTEMPTS_PER_GENERATION
+        }
+        _ => 0,
     };
     let tenant_name = TenantName::parse(&name).expect("stored tenants have valid names");
-    tenant_name.run_job(RunAction::Provision.as_str(), (highest + 1).max(first))
+    tenant_name.run_job(action.as_str(), (highest + 1).max(first))
 }
 
 pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action> {

@@ -18,7 +18,7 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     category = "sentry",
     derive = "PartialEq",
     derive = "Default",
-    doc = "One run of Provision, Suspend, Resume or Deprovision for a tenant, carried out by the Job it controls.",
+    doc = "One run of Provision, Suspend, Resume, Rotate or Deprovision for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -92,14 +92,18 @@ pub enum RunAction {
     Resume,
     /// Carries out the reclaim policy of a Tenant being deleted; made by the Tenant controller.
     Deprovision,
+    /// Issues a new password: on servers that hold several per user the old one keeps working for
+    /// the tenant's `spec.rotationGracePeriod`, on older ones the switch is immediate.
+    Rotate,
 }
 
 impl RunAction {
-    pub const ALL: [RunAction; 4] = [
+    pub const ALL: [RunAction; 5] = [
         Self::Provision,
         Self::Suspend,
         Self::Resume,
         Self::Deprovision,
+        Self::Rotate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -108,6 +112,7 @@ impl RunAction {
             Self::Suspend => "Suspend",
             Self::Resume => "Resume",
             Self::Deprovision => "Deprovision",
+            Self::Rotate => "Rotate",
         }
     }
 }
@@ -121,7 +126,7 @@ impl std::str::FromStr for RunAction {
             .find(|a| a.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 format!(
-                    "unknown action {s:?}: expected one of Provision, Suspend, Resume, Deprovision"
+                    "unknown action {s:?}: expected one of Provision, Suspend, Resume, Deprovision, Rotate"
                 )
             })
     }

@@ -7,7 +7,7 @@ use super::{Condition, RunAction, RunPhase};
 use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
 
 /// A tenant: a ClickHouse database, user and grants, provisioned by a RunJob and tracked here.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sentry.io",
     version = "v1alpha1",
@@ -51,6 +51,53 @@ pub struct TenantSpec {
     /// Delete: its user and database are dropped and its Secret deleted.
     #[serde(default)]
     pub reclaim_policy: ReclaimPolicy,
+    /// How long the old password keeps working after a Rotate run (`30s`, `15m`, `1h`; at most
+    /// 9999 of a unit), on ClickHouse servers that hold several passwords per user.
+    #[serde(default = "default_rotation_grace_period")]
+    #[schemars(pattern(ROTATION_GRACE_PATTERN))]
+    pub rotation_grace_period: String,
+}
+
+/// A duration of one unit: seconds, minutes or hours.
+pub const ROTATION_GRACE_PATTERN: &str = "^[0-9]{1,4}[smh]$";
+pub const DEFAULT_ROTATION_GRACE_PERIOD: &str = "1h";
+
+fn default_rotation_grace_period() -> String {
+    DEFAULT_ROTATION_GRACE_PERIOD.to_owned()
+}
+
+impl Default for TenantSpec {
+    fn default() -> Self {
+        Self {
+            display_name: None,
+            suspended: false,
+            provisioning: ProvisioningPolicy::default(),
+            reclaim_policy: ReclaimPolicy::default(),
+            rotation_grace_period: default_rotation_grace_period(),
+        }
+    }
+}
+
+impl TenantSpec {
+    /// `rotationGracePeriod` as a duration; the schema admits only what parses, so anything else (an
+    /// object written before the schema had the field) is the default.
+    pub fn rotation_grace(&self) -> jiff::SignedDuration {
+        parse_grace(&self.rotation_grace_period)
+            .or_else(|| parse_grace(DEFAULT_ROTATION_GRACE_PERIOD))
+            .expect("the default parses")
+    }
+}
+
+fn parse_grace(text: &str) -> Option<jiff::SignedDuration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: i64 = digits.parse().ok().filter(|_| digits.len() <= 4)?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return None,
+    };
+    Some(jiff::SignedDuration::from_secs(seconds))
 }
 
 /// What a Deprovision run (started when the Tenant is deleted) does.

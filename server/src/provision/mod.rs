@@ -118,6 +118,12 @@ pub enum Outcome {
     Rotated {
         database: String,
     },
+    /// A Rotate run: `old_valid_until` when the server kept the old password for the grace period.
+    RotatedWithGrace {
+        database: String,
+        old_valid_until: Option<jiff::Timestamp>,
+        version: String,
+    },
     Locked,
     Unlocked,
     /// A Suspend run for a tenant resumed since it was made, or a Resume run for one suspended since:
@@ -156,6 +162,23 @@ impl Outcome {
                 format!("already provisioned ({database}); status re-synced, no DDL run")
             }
             Self::Rotated { database } => format!("rotated the credentials of {database}"),
+            Self::RotatedWithGrace {
+                database,
+                old_valid_until: Some(until),
+                ..
+            } => format!(
+                "rotated the credentials of {database}: the Secret holds the new password; the old one is accepted until {}",
+                until.strftime("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            Self::RotatedWithGrace {
+                database,
+                old_valid_until: None,
+                version,
+            } => format!(
+                "rotated the credentials of {database} in a single switch: ClickHouse {version} keeps one password per user (several arrived in {}.{}), so the old password stopped working at once",
+                sql::MIN_OVERLAP_VERSION.0,
+                sql::MIN_OVERLAP_VERSION.1
+            ),
             Self::Locked => "ClickHouse logins locked".to_owned(),
             Self::Unlocked => "ClickHouse logins unlocked".to_owned(),
             Self::Superseded { suspended: true } => {
@@ -202,11 +225,76 @@ impl<C: ClickHouse> Provisioner<C> {
             RunAction::Deprovision => self.deprovision(&tenant, &ids).await,
             _ if deleting => Err(ProvisionError::TenantDeleting { name: name_s() }),
             RunAction::Provision => self.provision(name, &tenant, &ids).await,
+            RunAction::Rotate => self.rotate_credentials(name, &tenant, &ids).await,
             RunAction::Suspend | RunAction::Resume => {
                 self.set_locked(name, &tenant, &ids, action == RunAction::Suspend)
                     .await
             }
         }
+    }
+
+    /// A Rotate run: a new password on file and in ClickHouse. Crash-safe: the new password is on file
+    /// (as `pendingPassword`) before ClickHouse knows it, and a re-run reuses it; ClickHouse gets one
+    /// statement that sets the whole state (old password until the grace ends, new one), so repeating
+    /// it is harmless; only then does the Secret's `password` change.
+    async fn rotate_credentials(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<Outcome, ProvisionError> {
+        if !tenant.is_provisioned() {
+            return Err(ProvisionError::NotProvisioned {
+                name: name.to_string(),
+            });
+        }
+        let version = self.check_version().await?;
+        if !self.user_exists(ids).await? {
+            return Err(ProvisionError::UserMissing {
+                name: name.to_string(),
+                user: ids.user.as_str().to_owned(),
+            });
+        }
+        let old = self
+            .sync
+            .existing_password(name, tenant)
+            .await?
+            .ok_or_else(|| ProvisionError::WouldRotate {
+                tenant: name.to_string(),
+                user: ids.user.as_str().to_owned(),
+                secret: name.credentials_secret(),
+            })?;
+        let new = match self.sync.pending_password(name).await? {
+            Some(pending) => pending,
+            None => {
+                let fresh = tenant_sync::generate_password()?;
+                self.sync.store_pending_password(name, &fresh).await?;
+                fresh
+            }
+        };
+        let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
+        let until = overlap.then(|| jiff::Timestamp::now() + tenant.spec.rotation_grace());
+        let statement = match until {
+            Some(until) => sql::rotate_with_overlap(
+                ids,
+                &sha256_hex(&old),
+                &sha256_hex(&new),
+                &until.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            ),
+            None => sql::rotate(ids, &sha256_hex(&new)),
+        };
+        self.exec(&statement.sql).await?;
+        self.sync
+            .commit_password(name, &self.clickhouse_url, &new)
+            .await?;
+        if !tenant.spec.suspended {
+            self.verify_login(name, ids, &new).await?;
+        }
+        Ok(Outcome::RotatedWithGrace {
+            database: ids.database.as_str().to_owned(),
+            old_valid_until: until,
+            version,
+        })
     }
 
     /// Carries out the reclaim policy of a Tenant being deleted. Idempotent: a re-run finds the lock,

@@ -8,6 +8,10 @@ use crate::names::TenantName;
 
 /// SQL-driven access control (`CREATE USER`, `GRANT`, `ALTER USER … HOST`) arrived in ClickHouse 20.4.
 pub const MIN_VERSION: (u32, u32) = (20, 4);
+/// Several authentication methods per user (ClickHouse#65277, in 24.9) each with its own `VALID UNTIL`
+/// (ClickHouse#70090, merged for 24.11; backported into 24.9 and 24.10 patch releases only): the
+/// first minor version all of whose builds can keep an old password for a grace period.
+pub const MIN_OVERLAP_VERSION: (u32, u32) = (24, 11);
 
 /// What a tenant's user may do in its own database, and nothing elsewhere: read and write tables,
 /// migrate its schema (create/alter/drop tables and views), and maintenance (truncate, optimize).
@@ -165,6 +169,27 @@ pub fn rotate(ids: &TenantIdents, password_sha256_hex: &str) -> Statement {
     }
 }
 
+/// Rotate on a server that holds several passwords per user: the new one, and the old one until
+/// `valid_until` (an RFC 3339 UTC time). One statement sets both, so a re-run sets the same state.
+pub fn rotate_with_overlap(
+    ids: &TenantIdents,
+    old_sha256_hex: &str,
+    new_sha256_hex: &str,
+    valid_until: &str,
+) -> Statement {
+    let until = quote_str(valid_until);
+    let text = |old: &str, new: &str| {
+        format!(
+            "ALTER USER {} IDENTIFIED WITH sha256_hash BY {old} VALID UNTIL {until}, sha256_hash BY {new}",
+            ids.user
+        )
+    };
+    Statement {
+        sql: text(&quote_str(old_sha256_hex), &quote_str(new_sha256_hex)),
+        redacted: text("'<redacted>'", "'<redacted>'"),
+    }
+}
+
 /// Deprovision under `reclaimPolicy: Delete`: the user first (its logins end), then the database.
 /// Each is idempotent.
 pub fn drop_tenant(ids: &TenantIdents) -> Vec<Statement> {
@@ -199,6 +224,19 @@ pub fn plan(
         // Deprovision under Retain locks the user's logins, if it exists.
         RunAction::Suspend | RunAction::Deprovision => out.push(set_locked(ids, true)),
         RunAction::Resume => out.push(set_locked(ids, false)),
+        // What a current server is sent (the time an example); an older one gets `rotate`.
+        RunAction::Rotate => {
+            let mut st = rotate_with_overlap(
+                ids,
+                password_sha256_hex,
+                password_sha256_hex,
+                "2026-12-01T12:00:00Z",
+            );
+            st.redacted = st
+                .redacted
+                .replace("'2026-12-01T12:00:00Z'", "'<now + rotationGracePeriod>'");
+            out.push(st);
+        }
     }
     out
 }

@@ -14,6 +14,8 @@ use crate::crd::Tenant;
 use crate::names::TenantName;
 
 pub const PASSWORD_KEY: &str = "password";
+/// A Rotate run's new password while the run is under way; gone once it is the `password`.
+pub const PENDING_PASSWORD_KEY: &str = "pendingPassword";
 
 pub struct TenantSync {
     client: Client,
@@ -225,6 +227,51 @@ impl TenantSync {
         }
     }
 
+    /// The new password a Rotate run put on file before ClickHouse knew it, if a run was cut short.
+    pub async fn pending_password(
+        &self,
+        name: &TenantName,
+    ) -> Result<Option<String>, ProvisionError> {
+        let Some(secret) = self.credentials_secret(name).await? else {
+            return Ok(None);
+        };
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(PENDING_PASSWORD_KEY));
+        Ok(bytes
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .filter(|p| !p.is_empty()))
+    }
+
+    /// Puts a Rotate run's new password on file beside the current one.
+    pub async fn store_pending_password(
+        &self,
+        name: &TenantName,
+        password: &str,
+    ) -> Result<(), ProvisionError> {
+        let patch =
+            json!({ "data": { PENDING_PASSWORD_KEY: ByteString(password.as_bytes().to_vec()) } });
+        self.patch_secret(name, &patch, "update").await
+    }
+
+    /// Makes a Rotate run's new password the one on file (and in `uri`), the pending copy gone.
+    pub async fn commit_password(
+        &self,
+        name: &TenantName,
+        url: &str,
+        password: &str,
+    ) -> Result<(), ProvisionError> {
+        let mut data: serde_json::Map<String, serde_json::Value> =
+            credentials(url, &name.database(), &name.clickhouse_user(), password)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), json!(ByteString(v.into_bytes()))))
+                .collect();
+        data.insert(PENDING_PASSWORD_KEY.to_owned(), serde_json::Value::Null);
+        self.patch_secret(name, &json!({ "data": data }), "update")
+            .await
+    }
+
     /// Replaces the password on file (`--rotate` only).
     pub async fn replace_password(
         &self,
@@ -298,7 +345,7 @@ impl TenantSync {
         let reason = match outcome {
             Outcome::Provisioned { .. } => "Provisioned",
             Outcome::Resynced { .. } => "StatusResynced",
-            Outcome::Rotated { .. } => "CredentialsRotated",
+            Outcome::Rotated { .. } | Outcome::RotatedWithGrace { .. } => "CredentialsRotated",
             Outcome::Locked => "AccessLocked",
             Outcome::Unlocked => "AccessUnlocked",
             Outcome::Superseded { .. } => "RunSuperseded",

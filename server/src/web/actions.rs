@@ -1,4 +1,4 @@
-//! The dashboard's mutating routes — Create, Provision, Suspend, Resume — as plain form posts. Without
+//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate — as plain form posts. Without
 //! JavaScript they redirect back (303) with the outcome in the query; the hydrated page asks for JSON
 //! instead. Every request must come from the dashboard's own origin, and none of these routes exists
 //! in read-only mode.
@@ -43,6 +43,7 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/provision", post(provision))
         .route("/tenants/{name}/suspend", post(suspend))
         .route("/tenants/{name}/resume", post(resume))
+        .route("/tenants/{name}/rotate", post(rotate))
         .route_layer(middleware::from_fn(same_origin_only))
         .fallback(no_such_action)
         .with_state(actions)
@@ -256,6 +257,7 @@ async fn create(a: &Actions, name: &str, display: &str, policy: &str, reclaim: &
             suspended: false,
             provisioning,
             reclaim_policy,
+            ..TenantSpec::default()
         },
         status: None,
     };
@@ -317,19 +319,76 @@ async fn start_provision(a: &Actions, name: &str) -> Outcome {
             format!("{name} is already provisioned"),
         );
     }
-    let runs = a.stores.runs_of(&a.namespace, name);
+    start_run(
+        a,
+        &tenant,
+        RunAction::Provision,
+        "being provisioned",
+        "Provisioning",
+    )
+    .await
+}
+
+async fn rotate(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    Form(form): Form<ReturnForm>,
+) -> Response {
+    let outcome = start_rotate(&a, &name).await;
+    attribute(&a, "Rotate", &name, &outcome, peer).await;
+    reply(
+        &headers,
+        outcome,
+        &safe_return(form.return_to.as_deref()),
+        &[],
+    )
+}
+
+async fn start_rotate(a: &Actions, name: &str) -> Outcome {
+    let tenant = match find(a, name).await {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    if !tenant.is_provisioned() {
+        return Outcome::failed(
+            StatusCode::CONFLICT,
+            format!("{name} is not provisioned yet: there are no credentials to rotate"),
+        );
+    }
+    start_run(
+        a,
+        &tenant,
+        RunAction::Rotate,
+        "having its credentials rotated",
+        "Rotating the credentials of",
+    )
+    .await
+}
+
+/// Starts a run of `action` for `tenant` unless one is in flight: a double click, or a second
+/// browser, starts one run.
+async fn start_run(
+    a: &Actions,
+    tenant: &Tenant,
+    action: RunAction,
+    busy: &str,
+    started: &str,
+) -> Outcome {
+    let name = tenant.name_any();
+    let runs = a.stores.runs_of(&a.namespace, &name);
     if let Some(running) = runs
         .iter()
-        .find(|r| r.spec.action == RunAction::Provision && r.is_in_flight())
+        .find(|r| r.spec.action == action && r.is_in_flight())
     {
-        // The second click of a double click, or a second browser: one run is enough.
         return Outcome::done(format!(
-            "{name} is already being provisioned by {}",
+            "{name} is already {busy} by {}",
             running.name_any()
         ));
     }
-    let run_name = crate::controller::tenant::next_provision_run(&tenant, &runs);
-    let mut run = new_run_job(&tenant, &run_name, RunAction::Provision);
+    let run_name = crate::controller::tenant::next_run_by_hand(tenant, &runs, action);
+    let mut run = new_run_job(tenant, &run_name, action);
     run.metadata.annotations = Some(made_by_the_dashboard());
     let api: Api<crate::crd::RunJob> = Api::namespaced(a.client.clone(), &a.namespace);
     match api
@@ -342,11 +401,11 @@ async fn start_provision(a: &Actions, name: &str) -> Outcome {
         )
         .await
     {
-        Ok(_) => Outcome::done(format!("Provisioning {name}: run {run_name} started")),
+        Ok(_) => Outcome::done(format!("{started} {name}: run {run_name} started")),
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            Outcome::done(format!("{name} is already being provisioned by {run_name}"))
+            Outcome::done(format!("{name} is already {busy} by {run_name}"))
         }
-        Err(e) => Outcome::kube(&format!("start provisioning {name}"), &e),
+        Err(e) => Outcome::kube(&format!("start a {} run for {name}", action.as_str()), &e),
     }
 }
 

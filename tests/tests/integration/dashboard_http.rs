@@ -945,3 +945,62 @@ fn a_tenant_not_yet_in_the_cache_is_read_from_the_api() {
         );
     })
 }
+
+/// Rotate starts one Rotate run for a provisioned tenant (a second click while it runs starts none)
+/// and is refused, writing nothing, for a tenant with no credentials yet.
+#[test]
+fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        let refused = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/acme/rotate", "", SAME, true),
+        )
+        .await;
+        assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+        assert!(
+            refused
+                .body
+                .contains("acme is not provisioned yet: there are no credentials to rotate"),
+            "{}",
+            refused.body
+        );
+        assert_eq!(c.log.creates_of("runjobs"), 0);
+        let page = get(dashboard_router(&c, false), "/tenants/globex").await;
+        assert!(
+            page.body
+                .contains(r#"action="/actions/tenants/globex/rotate""#),
+            "a Rotate button on a provisioned tenant"
+        );
+        let first = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/globex/rotate", "", SAME, true),
+        )
+        .await;
+        assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+        assert!(
+            first
+                .body
+                .contains("Rotating the credentials of globex: run globex-rotate-1 started"),
+            "{}",
+            first.body
+        );
+        c.sync_stores().await;
+        let second = send(
+            dashboard_router(&c, false),
+            form_post("/actions/tenants/globex/rotate", "", SAME, true),
+        )
+        .await;
+        assert!(
+            second
+                .body
+                .contains("globex is already having its credentials rotated by globex-rotate-1"),
+            "{}",
+            second.body
+        );
+        assert_eq!(c.log.creates_of("runjobs"), 1);
+        let run = c.run("globex-rotate-1").await.unwrap();
+        assert_eq!(run.spec.action, RunAction::Rotate);
+    })
+}

@@ -276,12 +276,12 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
         (
             "unknown action",
             run("acme-x-1", with("action", json!("Explode"))),
-            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 2 other candidates",
+            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 3 other candidates",
         ),
         (
             "lowercase action",
             run("acme-x-1", with("action", json!("provision"))),
-            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 2 other candidates",
+            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 3 other candidates",
         ),
         (
             "no tenant",

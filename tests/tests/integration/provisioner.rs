@@ -15,6 +15,7 @@ use sentry_tenants_tests::{Cluster, NS};
 use serde_json::json;
 
 const MODERN: &str = "24.8.4.13";
+const USER: &str = "tenant_acme_user";
 
 fn provisioner(
     c: &Cluster,
@@ -580,4 +581,144 @@ async fn a_retried_provision_locks_a_user_an_earlier_attempt_left_unlocked() {
     let password = password(&c).await.unwrap();
     assert!(ch.password_matches("tenant_acme_user", &password));
     assert!(!ch.may_log_in("tenant_acme_user", &password));
+}
+
+/// Every action but Rotate, a hundred times each (Suspend and Resume alternating with the spec they
+/// enforce, Deprovision on a deleted tenant under Retain): the password on file and the user's stay
+/// byte-identical, and no user is created twice.
+#[tokio::test]
+async fn a_hundred_reruns_of_every_action_but_rotate_leave_the_password_byte_identical() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.settle().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let first = password(&c).await.unwrap();
+    for i in 0..100 {
+        for (suspended, action) in [(true, RunAction::Suspend), (false, RunAction::Resume)] {
+            c.set_suspended("acme", suspended).await;
+            p.run(&acme(), action).await.unwrap();
+        }
+        p.run(&acme(), RunAction::Provision).await.unwrap();
+        assert_eq!(password(&c).await.unwrap(), first, "round {i}");
+    }
+    c.tenants()
+        .delete("acme", &Default::default())
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        p.run(&acme(), RunAction::Deprovision).await.unwrap();
+    }
+    assert_eq!(password(&c).await.unwrap(), first);
+    assert!(ch.password_matches("tenant_acme_user", &first));
+    assert_eq!(ch.password_changes(), 0);
+    let creates = ch
+        .ddl()
+        .iter()
+        .filter(|s| s.starts_with("CREATE USER"))
+        .count();
+    assert_eq!(creates, 1, "one CREATE USER: the first Provision's");
+}
+
+/// On a server holding several passwords per user: one statement sets the new password and keeps the
+/// old one until the grace period ends; both log in during it, only the new one after.
+#[tokio::test]
+async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let patch = json!({"spec": {"rotationGracePeriod": "2s"}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let ch = RecordingClickHouse::new("25.3.2.39");
+    let p = provisioner(&c, &ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let old = password(&c).await.unwrap();
+    ch.clear();
+    let outcome = p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let new = password(&c).await.unwrap();
+    assert_ne!(new, old);
+    assert!(
+        outcome.describe().contains("the old one is accepted until"),
+        "{}",
+        outcome.describe()
+    );
+    let alter: Vec<String> = ch
+        .ddl()
+        .into_iter()
+        .filter(|s| s.starts_with("ALTER USER"))
+        .collect();
+    assert_eq!(alter.len(), 1, "{alter:?}");
+    assert!(
+        alter[0].contains(" VALID UNTIL ") && alter[0].contains(", sha256_hash BY "),
+        "{}",
+        alter[0]
+    );
+    assert!(
+        ch.may_log_in(USER, &old),
+        "the old password during the grace"
+    );
+    assert!(ch.may_log_in(USER, &new));
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    let data = secret.data.unwrap();
+    assert!(!data.contains_key("pendingPassword"), "{:?}", data.keys());
+    let uri = String::from_utf8(data["uri"].0.clone()).unwrap();
+    assert!(uri.contains(&new), "the uri carries the new password");
+    // Past the grace (2 s, whole seconds): only the new one.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        !ch.may_log_in(USER, &old),
+        "the old password after the grace"
+    );
+    assert!(ch.may_log_in(USER, &new));
+}
+
+/// On a server with one password per user the switch is immediate, and the run says so.
+#[tokio::test]
+async fn rotate_on_an_older_server_is_a_single_switch_and_says_so() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let old = password(&c).await.unwrap();
+    let outcome = p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let new = password(&c).await.unwrap();
+    assert_eq!(
+        outcome.describe(),
+        "rotated the credentials of tenant_acme in a single switch: ClickHouse 24.8.4.13 keeps one password per user (several arrived in 24.11), so the old password stopped working at once"
+    );
+    assert!(!ch.may_log_in(USER, &old));
+    assert!(ch.may_log_in(USER, &new));
+    assert_eq!(ch.password_changes(), 1);
+}
+
+/// A Rotate run cut short after the new password went on file (ClickHouse gone before the ALTER):
+/// the retry uses that same new password, so nothing the first attempt wrote is lost or contradicted.
+#[tokio::test]
+async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_password() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new("25.3.2.39");
+    let p = provisioner(&c, &ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let old = password(&c).await.unwrap();
+    // version, user check: then the ALTER fails.
+    ch.fail_after(2, ChError::Unreachable("connection reset".into()));
+    p.run(&acme(), RunAction::Rotate).await.unwrap_err();
+    assert_eq!(password(&c).await.unwrap(), old, "nothing switched yet");
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    let pending = String::from_utf8(secret.data.unwrap()["pendingPassword"].0.clone()).unwrap();
+    ch.recover();
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    assert_eq!(password(&c).await.unwrap(), pending);
+    assert!(ch.may_log_in(USER, &pending) && ch.may_log_in(USER, &old));
 }
