@@ -18,6 +18,7 @@ mod rbac;
 mod reclaim;
 mod replicas;
 mod restart_drill;
+mod rotate;
 mod suspend;
 mod uninstall;
 

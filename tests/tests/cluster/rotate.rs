@@ -1,0 +1,57 @@
+//! Rotation on the real control plane: a Rotate RunJob applied with kubectl, run by a real Job whose
+//! pod the stand-in kubelet runs, against the ClickHouse HTTP stand-in answering as a current server
+//! (several passwords per user): during the grace period old and new password both log in, after it
+//! only the new one.
+
+use kube::api::Api;
+use sentry_tenants::crd::{RunPhase, Tenant, TenantPhase};
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::control_plane::wait_until;
+
+use crate::provision::{finished, password, tenant_in_phase};
+use crate::setup;
+
+const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
+const USER: &str = "tenant_acme_user";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotate_run_keeps_the_old_password_for_the_grace_period_then_only_the_new() {
+    let s = setup("rotate").await;
+    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    s.apply(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  rotationGracePeriod: 30s\n",
+    );
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let old = password(&s, "acme").await;
+
+    s.apply(
+        "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: acme-rotate-1\nspec:\n  tenant: acme\n  action: Rotate\n",
+    );
+    let run = finished(&s, "acme-rotate-1").await;
+    let status = run.status.clone().unwrap();
+    assert_eq!(status.phase, Some(RunPhase::Succeeded), "{status:#?}");
+    let new = password(&s, "acme").await;
+    assert_ne!(new, old, "the Secret holds a new password");
+    // Within the 30 s grace (this check follows the run's end by moments): both log in.
+    assert!(ch.may_log_in(USER, &new), "the new password");
+    assert!(
+        ch.may_log_in(USER, &old),
+        "the old password, during the grace"
+    );
+    wait_until("the old password to expire", async || {
+        (!ch.may_log_in(USER, &old)).then_some(())
+    })
+    .await;
+    assert!(
+        ch.may_log_in(USER, &new),
+        "the new password, after the grace"
+    );
+    let acme = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)
+        .get("acme")
+        .await
+        .unwrap();
+    assert_eq!(acme.phase(), Some(TenantPhase::Active));
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}
