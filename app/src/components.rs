@@ -106,6 +106,9 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
                     <button type="submit" class="btn">"Resume"</button>
                 </PostForm>
             })}
+            {row.can_delete().then(|| view! {
+                <a class="btn danger-outline" href=format!("/tenants/{name}?confirm=delete")>"Delete"</a>
+            })}
             {row.can_rotate().then(|| view! {
                 <PostForm action=format!("/actions/tenants/{name}/rotate")>
                     <button type="submit" class="btn" title="Issue a new password; the old one keeps working for the tenant's rotation grace period where ClickHouse allows it">"Rotate credentials"</button>
@@ -114,6 +117,31 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
         </div>
     }
     .into_any()
+}
+
+/// The confirmation for Delete (`?confirm=delete` on the tenant's page): it says what the tenant's
+/// reclaim policy will do and asks for the tenant's name, which the server checks again.
+#[component]
+pub fn ConfirmDelete(row: TenantRow, read_only: bool) -> impl IntoView {
+    let query = use_query_map();
+    move || {
+        let asked = query.get().get("confirm").as_deref() == Some("delete");
+        (asked && !read_only && row.can_delete()).then(|| {
+            let name = row.name.clone();
+            let back = format!("/tenants/{name}");
+            view! {
+                <div class="confirm" role="dialog" aria-label="Confirm delete">
+                    <p>"Delete " <strong>{name.clone()}</strong> "? " {row.delete_consequence()}</p>
+                    <PostForm action=format!("/actions/tenants/{name}/delete") return_to=back.clone()>
+                        <label for="confirm_name">"Type " <code>{name.clone()}</code> " to confirm"</label>
+                        <input id="confirm_name" name="confirm_name" required autocomplete="off" autofocus/>
+                        <button type="submit" class="btn danger">"Delete " {name.clone()}</button>
+                        <a class="btn" href=back.clone()>"Cancel"</a>
+                    </PostForm>
+                </div>
+            }
+        })
+    }
 }
 
 /// The confirmation box for a destructive action requested with `?confirm=suspend&tenant=…`.

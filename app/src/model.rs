@@ -24,6 +24,8 @@ pub struct TenantRow {
     pub provisioning: bool,
     /// `spec.provisioning`: "Automatic" (the operator starts Provision runs) or "Manual".
     pub provisioning_policy: String,
+    /// `spec.reclaimPolicy`: "Retain" or "Delete", what deleting the tenant does in ClickHouse.
+    pub reclaim_policy: String,
 }
 
 impl TenantRow {
@@ -42,6 +44,23 @@ impl TenantRow {
     /// A new password needs credentials to replace: only once provisioned.
     pub fn can_rotate(&self) -> bool {
         self.database.is_some()
+    }
+    /// Deleting is always possible, once: not again while it is Terminating.
+    pub fn can_delete(&self) -> bool {
+        self.phase != "Terminating"
+    }
+    /// What deleting this tenant does, in the words of its reclaim policy.
+    pub fn delete_consequence(&self) -> String {
+        let name = &self.name;
+        if self.reclaim_policy == "Delete" {
+            format!(
+                "reclaimPolicy Delete: its ClickHouse database with all its data, its user and its credentials Secret are dropped. This cannot be undone."
+            )
+        } else {
+            format!(
+                "reclaimPolicy Retain: its ClickHouse logins are locked; its database, user and credentials Secret are kept, and a new tenant named {name} takes them over."
+            )
+        }
     }
     pub fn can_suspend(&self) -> bool {
         !self.suspended
@@ -322,6 +341,7 @@ mod tests {
             logins: "—".into(),
             provisioning: false,
             provisioning_policy: "Automatic".into(),
+            reclaim_policy: "Retain".into(),
         };
         assert!(row.can_provision() && row.can_suspend() && !row.can_resume());
         assert_eq!(row.provision_label(), "Provision");

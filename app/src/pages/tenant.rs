@@ -3,7 +3,9 @@ use leptos_router::hooks::use_params_map;
 
 use super::{RunsTable, load_error};
 use crate::api::get_tenant;
-use crate::components::{ConfirmSuspend, Flash, PhaseBadge, ReadyCell, TenantActions};
+use crate::components::{
+    ConfirmDelete, ConfirmSuspend, Flash, PhaseBadge, ReadyCell, TenantActions,
+};
 use crate::forms::current_url;
 use crate::live::use_live;
 
@@ -12,7 +14,12 @@ pub fn TenantPage() -> impl IntoView {
     let live = use_live();
     let params = use_params_map();
     let name = move || params.get().get("name").unwrap_or_default();
-    let data = Resource::new(move || (live.version.get(), name()), |(_, n)| get_tenant(n));
+    // While the Delete confirmation is open the page holds still: a live refresh would re-render the
+    // box and take away the name being typed into it (and the focus). Suspend's box has no field.
+    let query = leptos_router::hooks::use_query_map();
+    let confirming = move || query.with(|q| q.get("confirm").as_deref() == Some("delete"));
+    let version = move || (!confirming()).then(|| live.version.get());
+    let data = Resource::new(move || (version(), name()), |(_, n)| get_tenant(n));
     let here = current_url();
     view! {
         <section>
@@ -39,6 +46,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <TenantActions row=t.clone() read_only here=here.clone()/>
                             </div>
                             <ConfirmSuspend read_only back=here.clone()/>
+                            <ConfirmDelete row=t.clone() read_only/>
                             {t.display_name.clone().map(|n| view! { <p class="sub">{n}</p> })}
                             <dl class="facts">
                                 <dt>"Ready"</dt><dd><ReadyCell ready=t.ready reason=t.ready_reason.clone() message=t.ready_message.clone()/> " " <span class="muted">{t.ready_message.clone()}</span></dd>
@@ -46,6 +54,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Credentials Secret"</dt><dd><code>{t.secret_name.clone().unwrap_or_else(|| "—".into())}</code></dd>
                                 <dt>"Logins"</dt><dd>{t.logins.clone()}</dd>
                                 <dt>"Provisioning"</dt><dd>{t.provisioning_policy.clone()}</dd>
+                                <dt>"When deleted"</dt><dd>{t.reclaim_policy.clone()}</dd>
                             </dl>
                             <h2>"Conditions"</h2>
                             <table class="grid">

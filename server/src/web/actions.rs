@@ -1,4 +1,4 @@
-//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate — as plain form posts. Without
+//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate, Delete — as plain form posts. Without
 //! JavaScript they redirect back (303) with the outcome in the query; the hydrated page asks for JSON
 //! instead. Every request must come from the dashboard's own origin, and none of these routes exists
 //! in read-only mode.
@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ObjectMeta, Patch, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use sentry_tenants_app::forms::ActionReply;
@@ -44,6 +44,7 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/suspend", post(suspend))
         .route("/tenants/{name}/resume", post(resume))
         .route("/tenants/{name}/rotate", post(rotate))
+        .route("/tenants/{name}/delete", post(delete))
         .route_layer(middleware::from_fn(same_origin_only))
         .fallback(no_such_action)
         .with_state(actions)
@@ -327,6 +328,59 @@ async fn start_provision(a: &Actions, name: &str) -> Outcome {
         "Provisioning",
     )
     .await
+}
+
+#[derive(Deserialize)]
+pub struct DeleteForm {
+    /// The tenant's name, typed by the person as a confirmation.
+    #[serde(default)]
+    confirm_name: String,
+    return_to: Option<String>,
+}
+
+async fn delete(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    Form(form): Form<DeleteForm>,
+) -> Response {
+    let outcome = delete_tenant(&a, &name, form.confirm_name.trim()).await;
+    attribute(&a, "Delete", &name, &outcome, peer).await;
+    reply(
+        &headers,
+        outcome,
+        &safe_return(form.return_to.as_deref()),
+        &[],
+    )
+}
+
+/// Deletes the Tenant once its name was typed; the reclaim finalizer makes the Tenant controller carry
+/// out its reclaim policy before it goes.
+async fn delete_tenant(a: &Actions, name: &str, typed: &str) -> Outcome {
+    let tenant = match find(a, name).await {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    if typed != name {
+        return Outcome::failed(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("type the tenant's name, {name}, to delete it"),
+        );
+    }
+    let policy = tenant.spec.reclaim_policy.as_str();
+    match a.tenants().delete(name, &DeleteParams::background()).await {
+        Ok(_) => Outcome {
+            redirect: Some("/tenants".to_owned()),
+            ..Outcome::done(format!(
+                "Deleting {name}: its reclaimPolicy {policy} is carried out before it goes"
+            ))
+        },
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            Outcome::done(format!("{name} is already gone"))
+        }
+        Err(e) => Outcome::kube(&format!("delete tenant {name}"), &e),
+    }
 }
 
 async fn rotate(

@@ -72,6 +72,7 @@ impl ClusterBackend {
         TenantRow {
             provisioning,
             provisioning_policy: t.spec.provisioning.as_str().to_owned(),
+            reclaim_policy: t.spec.reclaim_policy.as_str().to_owned(),
             name: t.name_any(),
             display_name: t.spec.display_name.clone(),
             phase: phase.as_str().to_owned(),

@@ -5,7 +5,9 @@
 
 use kube::api::Api;
 use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
-use sentry_tenants_tests::browser::{Driver, eventually, one_browser_at_a_time, text, wait_live};
+use sentry_tenants_tests::browser::{
+    Driver, eventually, one_browser_at_a_time, screenshot, text, wait_live,
+};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::cluster_tier::{Operator, provision_run, setup};
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
@@ -133,6 +135,29 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
         assert!(
             acme.history().iter().any(|h| h.name == "acme-provision-2"),
             "the cleaned-up run kept in the tenant's history"
+        );
+
+        // Delete: the confirmation names the reclaim policy and wants the name typed; the tenant goes
+        // once its Deprovision run locked the logins (Retain), and leaves the list live.
+        b.goto(&at("/tenants/acme?confirm=delete")).await.unwrap();
+        wait_live(&b).await;
+        assert!(text(&b, ".confirm").await.contains("reclaimPolicy Retain"));
+        fill(&b, "#confirm_name", "acme").await;
+        screenshot(&b, "tenant-confirm-delete").await;
+        click(&b, ".confirm button.danger").await;
+        eventually("back on the tenants list", || async {
+            b.current_url().await.unwrap().path() == "/tenants"
+        })
+        .await;
+        wait_gone(&tenants, "acme").await;
+        eventually("the row gone from the list", || async {
+            !exists(&b, "tr[data-tenant='acme']").await
+        })
+        .await;
+        assert_eq!(
+            ch.is_locked("tenant_acme_user"),
+            Some(true),
+            "Retain locked it"
         );
         b.close().await.unwrap();
         server.abort();

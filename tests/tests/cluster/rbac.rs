@@ -129,16 +129,14 @@ async fn lifecycle_then_compare() {
         "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: globex\nspec:\n  reclaimPolicy: Delete\n",
     );
     tenant_in_phase(&s, "globex", TenantPhase::Active).await;
+    // acme from the dashboard (the operator's delete on tenants), globex with kubectl.
+    let dashboard = Operator::start_leading(&s, false).await;
+    dashboard
+        .act("/actions/tenants/acme/delete", "confirm_name=acme")
+        .await;
+    dashboard.stop().await;
     let (deleted, _, err) = s.plane.kubectl(
-        &[
-            "delete",
-            "tenant",
-            "acme",
-            "globex",
-            "-n",
-            &s.ns,
-            "--wait=false",
-        ],
+        &["delete", "tenant", "globex", "-n", &s.ns, "--wait=false"],
         None,
     );
     assert!(deleted, "{err}");

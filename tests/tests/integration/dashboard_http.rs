@@ -1004,3 +1004,84 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
         assert_eq!(run.spec.action, RunAction::Rotate);
     })
 }
+
+/// Delete asks first, saying what the tenant's reclaim policy will do, and goes ahead only with the
+/// tenant's name typed; the Tenant then waits for its Deprovision run behind the reclaim finalizer.
+#[test]
+fn delete_names_the_reclaim_policy_and_needs_the_tenants_name_typed() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let patch = json!({"spec": {"reclaimPolicy": "Delete"}});
+        c.tenants()
+            .patch("globex", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        c.settle().await;
+        let page = get(dashboard_router(&c, false), "/tenants/acme?confirm=delete").await;
+        assert!(
+            page.body.contains("reclaimPolicy Retain: its ClickHouse logins are locked; its database, user and credentials Secret are kept, and a new tenant named acme takes them over."),
+            "{}",
+            page.body
+        );
+        let page = get(
+            dashboard_router(&c, false),
+            "/tenants/globex?confirm=delete",
+        )
+        .await;
+        assert!(
+            page.body.contains("reclaimPolicy Delete: its ClickHouse database with all its data, its user and its credentials Secret are dropped. This cannot be undone."),
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains(r#"name="confirm_name""#));
+        c.log.clear();
+        for typed in ["", "acme", "globe"] {
+            let refused = send(
+                dashboard_router(&c, false),
+                form_post(
+                    "/actions/tenants/globex/delete",
+                    &format!("confirm_name={typed}"),
+                    SAME,
+                    true,
+                ),
+            )
+            .await;
+            assert_eq!(
+                refused.status,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{typed:?}"
+            );
+            assert!(
+                refused
+                    .body
+                    .contains("type the tenant's name, globex, to delete it"),
+                "{}",
+                refused.body
+            );
+        }
+        assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());
+        let done = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/globex/delete",
+                "confirm_name=globex",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+        assert!(
+            done.body.contains(
+                "Deleting globex: its reclaimPolicy Delete is carried out before it goes"
+            ),
+            "{}",
+            done.body
+        );
+        c.settle().await;
+        let globex = c.tenant("globex").await;
+        assert_eq!(globex.phase(), Some(TenantPhase::Terminating));
+        // Generation 2 (the reclaimPolicy change): its Deprovision run is named for it.
+        assert!(c.run("globex-deprovision-20").await.is_some());
+    })
+}

@@ -93,10 +93,13 @@ fn operator_role_is_exactly_what_it_needs_and_never_secrets() {
     assert_eq!(read_only, set(OPERATOR_READ_ONLY));
     let writable = grants(&role(&docs(false), "sentry-tenants").rules.unwrap());
     let mut expected = set(OPERATOR_READ_ONLY);
-    expected.extend(set(&["sentry.io/tenants[]:create"]));
+    expected.extend(set(&[
+        "sentry.io/tenants[]:create",
+        "sentry.io/tenants[]:delete",
+    ]));
     assert_eq!(
         writable, expected,
-        "the dashboard's Create adds exactly create on tenants"
+        "the dashboard's Create and Delete add exactly create and delete on tenants"
     );
     assert!(writable.iter().all(|g| !g.contains("secrets")));
 }
