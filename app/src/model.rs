@@ -53,9 +53,7 @@ impl TenantRow {
     pub fn delete_consequence(&self) -> String {
         let name = &self.name;
         if self.reclaim_policy == "Delete" {
-            format!(
-                "reclaimPolicy Delete: its ClickHouse database with all its data, its user and its credentials Secret are dropped. This cannot be undone."
-            )
+            "reclaimPolicy Delete: its ClickHouse database with all its data, its user and its credentials Secret are dropped. This cannot be undone.".to_owned()
         } else {
             format!(
                 "reclaimPolicy Retain: its ClickHouse logins are locked; its database, user and credentials Secret are kept, and a new tenant named {name} takes them over."
