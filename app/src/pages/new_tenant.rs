@@ -17,8 +17,6 @@ pub fn NewTenantPage() -> impl IntoView {
         initial.get("name").unwrap_or_default(),
         initial.get("display_name").unwrap_or_default(),
     );
-    let manual = initial.get("provisioning").as_deref() == Some("Manual");
-    let delete = initial.get("reclaim_policy").as_deref() == Some("Delete");
     let name = RwSignal::new(typed_name.clone());
     let display = RwSignal::new(typed_display.clone());
     let name_error = move || {
@@ -48,25 +46,42 @@ pub fn NewTenantPage() -> impl IntoView {
                 <input id="display_name" name="display_name" autocomplete="off" maxlength=MAX_DISPLAY_NAME.to_string()
                     placeholder="Acme Corp" value=typed_display prop:value=move || display.get() on:input=move |ev| display.set(event_target_value(&ev))/>
                 {move || display_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
-                <fieldset class="choice">
-                    <legend>"Provisioning"</legend>
-                    <label><input type="radio" name="provisioning" value="Automatic" checked=!manual/>
-                        " Automatic " <span class="muted">"— the operator creates the database and credentials right away, and retries a few times if that fails"</span></label>
-                    <label><input type="radio" name="provisioning" value="Manual" checked=manual/>
-                        " Manual " <span class="muted">"— nothing happens until someone clicks Provision"</span></label>
-                </fieldset>
-                <fieldset class="choice">
-                    <legend>"When the tenant is deleted"</legend>
-                    <label><input type="radio" name="reclaim_policy" value="Retain" checked=!delete/>
-                        " Retain " <span class="muted">"— lock its logins, keep its database, user and credentials for a new tenant of the same name"</span></label>
-                    <label><input type="radio" name="reclaim_policy" value="Delete" checked=delete/>
-                        " Delete " <span class="muted">"— drop its database and user, delete its credentials"</span></label>
-                </fieldset>
+                <Choice legend="Provisioning" name="provisioning" chosen=initial.get("provisioning") options=[
+                    ("Automatic", "the operator creates the database and credentials right away, and retries a few times if that fails"),
+                    ("Manual", "nothing happens until someone clicks Provision"),
+                ]/>
+                <Choice legend="When the tenant is deleted" name="reclaim_policy" chosen=initial.get("reclaim_policy") options=[
+                    ("Retain", "lock its logins, keep its database, user and credentials for a new tenant of the same name"),
+                    ("Delete", "drop its database and user, delete its credentials"),
+                ]/>
                 <div class="row">
                     <button type="submit" class="btn primary">"Create tenant"</button>
                     <a class="btn" href="/tenants">"Cancel"</a>
                 </div>
             </PostForm>
         </section>
+    }
+}
+
+/// Radio buttons for one of a few values, each with what it means; the first is the default, and
+/// `chosen` (what a rejected no-JS post brought back) wins when it is one of them.
+#[component]
+fn Choice<const N: usize>(
+    legend: &'static str,
+    name: &'static str,
+    chosen: Option<String>,
+    options: [(&'static str, &'static str); N],
+) -> impl IntoView {
+    let chosen = chosen
+        .filter(|c| options.iter().any(|(v, _)| v == c))
+        .unwrap_or_else(|| options[0].0.to_owned());
+    view! {
+        <fieldset class="choice">
+            <legend>{legend}</legend>
+            {options.into_iter().map(|(value, meaning)| view! {
+                <label><input type="radio" name=name value=value checked=chosen == value/>
+                    " " {value} " " <span class="muted">"— " {meaning}</span></label>
+            }).collect_view()}
+        </fieldset>
     }
 }

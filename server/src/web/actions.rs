@@ -300,13 +300,16 @@ async fn provision(
     Form(form): Form<ReturnForm>,
 ) -> Response {
     let outcome = start_provision(&a, &name).await;
-    attribute(&a, "Provision", &name, &outcome, peer).await;
-    reply(
-        &headers,
+    answer(
+        &a,
+        "Provision",
+        &name,
         outcome,
-        &safe_return(form.return_to.as_deref()),
-        &[],
+        peer,
+        &headers,
+        form.return_to.as_deref(),
     )
+    .await
 }
 
 async fn start_provision(a: &Actions, name: &str) -> Outcome {
@@ -346,13 +349,16 @@ async fn delete(
     Form(form): Form<DeleteForm>,
 ) -> Response {
     let outcome = delete_tenant(&a, &name, form.confirm_name.trim()).await;
-    attribute(&a, "Delete", &name, &outcome, peer).await;
-    reply(
-        &headers,
+    answer(
+        &a,
+        "Delete",
+        &name,
         outcome,
-        &safe_return(form.return_to.as_deref()),
-        &[],
+        peer,
+        &headers,
+        form.return_to.as_deref(),
     )
+    .await
 }
 
 /// Deletes the Tenant once its name was typed; the reclaim finalizer makes the Tenant controller carry
@@ -391,13 +397,16 @@ async fn rotate(
     Form(form): Form<ReturnForm>,
 ) -> Response {
     let outcome = start_rotate(&a, &name).await;
-    attribute(&a, "Rotate", &name, &outcome, peer).await;
-    reply(
-        &headers,
+    answer(
+        &a,
+        "Rotate",
+        &name,
         outcome,
-        &safe_return(form.return_to.as_deref()),
-        &[],
+        peer,
+        &headers,
+        form.return_to.as_deref(),
     )
+    .await
 }
 
 async fn start_rotate(a: &Actions, name: &str) -> Outcome {
@@ -493,13 +502,16 @@ async fn suspend_or_resume(
 ) -> Response {
     let outcome = set_suspended(a, name, suspended).await;
     let action = if suspended { "Suspend" } else { "Resume" };
-    attribute(a, action, name, &outcome, peer).await;
-    reply(
-        headers,
+    answer(
+        a,
+        action,
+        name,
         outcome,
-        &safe_return(form.return_to.as_deref()),
-        &[],
+        peer,
+        headers,
+        form.return_to.as_deref(),
     )
+    .await
 }
 
 /// Patches `spec.suspended` only; the Tenant reconciler creates the Suspend/Resume run. Idempotent.
@@ -524,6 +536,20 @@ async fn set_suspended(a: &Actions, name: &str, suspended: bool) -> Outcome {
             &e,
         ),
     }
+}
+
+/// Records the action (see [`attribute`]) and answers it as the request asked.
+async fn answer(
+    a: &Actions,
+    action: &str,
+    tenant: &str,
+    outcome: Outcome,
+    peer: Option<Extension<Peer>>,
+    headers: &HeaderMap,
+    return_to: Option<&str>,
+) -> Response {
+    attribute(a, action, tenant, &outcome, peer).await;
+    reply(headers, outcome, &safe_return(return_to), &[])
 }
 
 /// On what a dashboard action creates: the operator's ServiceAccount made it, for someone at the
