@@ -190,7 +190,7 @@ async fn a_tenant_with_no_spec_is_admitted_and_defaulted() {
     let spec: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         spec,
-        serde_json::json!({"suspended": false, "provisioning": "Automatic", "reclaimPolicy": "Retain"}),
+        serde_json::json!({"suspended": false, "provisioning": "Automatic", "reclaimPolicy": "Retain", "rotationGracePeriod": "1h"}),
         "defaulted by the apiserver"
     );
 }
