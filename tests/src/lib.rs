@@ -1046,6 +1046,57 @@ impl Cluster {
     pub async fn tenant(&self, name: &str) -> Tenant {
         self.tenants().get(name).await.unwrap()
     }
+    /// The runs of `action` now, sorted by name.
+    pub async fn runs_of(&self, action: RunAction) -> Vec<RunJob> {
+        let mut runs: Vec<RunJob> = self
+            .runjobs()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|r| r.spec.action == action)
+            .collect();
+        runs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        runs
+    }
+
+    /// Someone removes every finalizer of the tenant by hand (the README's escape hatch).
+    pub async fn remove_finalizers(&self, tenant: &str) {
+        let patch = json!({"metadata": {"finalizers": null}});
+        self.tenants()
+            .patch(tenant, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Merge-patches the tenant's spec (a new generation, as the apiserver counts it).
+    pub async fn patch_spec(&self, tenant: &str, spec: Value) {
+        let patch = json!({ "spec": spec });
+        self.tenants()
+            .patch(tenant, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// The real provisioner against this API and the recording ClickHouse `ch`.
+    pub fn provisioner(
+        &self,
+        ch: &clickhouse_seam::RecordingClickHouse,
+        rotate: bool,
+    ) -> sentry_tenants::provision::Provisioner<clickhouse_seam::RecordingClickHouse> {
+        sentry_tenants::provision::Provisioner {
+            clickhouse: ch.clone(),
+            clickhouse_url: "http://clickhouse:8123".into(),
+            sync: sentry_tenants::provision::TenantSync::new(
+                self.client.clone(),
+                NS,
+                "/var/lib/sentry/tantivy",
+            ),
+            rotate,
+        }
+    }
+
     pub async fn run(&self, name: &str) -> Option<RunJob> {
         self.runjobs().get_opt(name).await.unwrap()
     }

@@ -261,3 +261,47 @@ pub fn requeue_at(at: Timestamp, now: Timestamp) -> Action {
         u64::try_from(millis).unwrap_or(u64::MAX),
     ))
 }
+
+/// `finalizers` without `ours`.
+pub fn without(finalizers: &[String], ours: &str) -> Vec<String> {
+    finalizers.iter().filter(|f| *f != ours).cloned().collect()
+}
+
+/// Replaces `obj`'s finalizer list with `finalizers`, on the condition that it still is the list this
+/// decision was made from (a JSON patch `test`; with no list yet, the resourceVersion), so a finalizer
+/// someone else added meanwhile is never dropped. An object already gone is no error.
+pub async fn replace_finalizers<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizers: Vec<String>,
+) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let patched = match obj.meta().finalizers.as_ref() {
+        Some(current) => {
+            let ops = serde_json::json!([
+                { "op": "test", "path": "/metadata/finalizers", "value": current },
+                { "op": "replace", "path": "/metadata/finalizers", "value": finalizers },
+            ]);
+            let patch: json_patch::Patch =
+                serde_json::from_value(ops).expect("well-formed JSON patch");
+            api.patch(&name, &write_params(), &Patch::Json::<()>(patch))
+                .await
+        }
+        None => {
+            let patch = serde_json::json!({ "metadata": {
+                "resourceVersion": obj.meta().resource_version,
+                "finalizers": finalizers,
+            }});
+            api.patch(&name, &write_params(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    match patched {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -14,13 +14,11 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use kube::api::Patch;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 
-use super::tenant::{NextRun, next_attempt};
-use super::{Context, Result, name_of, requeue_at, write_params};
+use super::tenant::{NextRun, Retry, next_attempt};
+use super::{Context, Result, replace_finalizers, requeue_at};
 use crate::crd::{RunAction, RunJob, TENANT_FINALIZER, Tenant};
 
 /// Deprovision attempts per generation before the reconciler stops and waits for a spec change (or for
@@ -40,7 +38,7 @@ pub enum Reclaim {
     Next(NextRun),
 }
 
-fn carries_finalizer(tenant: &Tenant) -> bool {
+pub(super) fn carries_finalizer(tenant: &Tenant) -> bool {
     tenant.finalizers().iter().any(|f| f == TENANT_FINALIZER)
 }
 
@@ -76,7 +74,7 @@ pub fn reclaim_step(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> Re
         runs,
         RunAction::Deprovision,
         MAX_DEPROVISION_ATTEMPTS,
-        now,
+        Retry::WithBackoff { now },
     ) {
         NextRun::Idle => Reclaim::Release,
         next => Reclaim::Next(next),
@@ -124,60 +122,19 @@ pub async fn ensure_finalizer(tenant: &Tenant, ctx: &Context) -> Result<bool> {
     }
     let mut finalizers = tenant.finalizers().to_vec();
     finalizers.push(TENANT_FINALIZER.to_owned());
-    match patch_finalizers(tenant, finalizers, ctx).await {
+    match replace_finalizers(&ctx.tenants(), tenant, finalizers).await {
         Ok(()) => Ok(true),
-        Err(super::Error::Kube(kube::Error::Api(e))) if e.code == 409 => Ok(false),
-        Err(e) => Err(e),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Removes our finalizer (and only ours); the apiserver then deletes the Tenant, and the garbage
 /// collector what it owns.
 pub async fn release(tenant: &Tenant, ctx: &Context) -> Result<Action> {
-    let remaining: Vec<String> = tenant
-        .finalizers()
-        .iter()
-        .filter(|f| *f != TENANT_FINALIZER)
-        .cloned()
-        .collect();
-    patch_finalizers(tenant, remaining, ctx).await?;
+    let remaining = super::without(tenant.finalizers(), TENANT_FINALIZER);
+    replace_finalizers(&ctx.tenants(), tenant, remaining).await?;
     Ok(Action::await_change())
-}
-
-/// Replaces the finalizer list, on the condition that it is still the one this decision was made
-/// from (a JSON patch `test`; with no list yet, the resourceVersion), so a finalizer someone else
-/// added meanwhile is never dropped.
-async fn patch_finalizers(tenant: &Tenant, finalizers: Vec<String>, ctx: &Context) -> Result<()> {
-    let name = name_of(tenant)?;
-    let tenants = ctx.tenants();
-    let patched = match tenant.meta().finalizers.as_ref() {
-        Some(current) => {
-            let ops = json!([
-                { "op": "test", "path": "/metadata/finalizers", "value": current },
-                { "op": "replace", "path": "/metadata/finalizers", "value": finalizers },
-            ]);
-            let patch: json_patch::Patch =
-                serde_json::from_value(ops).expect("well-formed JSON patch");
-            tenants
-                .patch(&name, &write_params(), &Patch::Json::<()>(patch))
-                .await
-        }
-        None => {
-            let patch = json!({ "metadata": {
-                "resourceVersion": tenant.resource_version(),
-                "finalizers": finalizers,
-            }});
-            tenants
-                .patch(&name, &write_params(), &Patch::Merge(&patch))
-                .await
-        }
-    };
-    match patched {
-        Ok(_) => Ok(()),
-        // Gone already: nothing left to hold.
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// `name`, or the first name after it with a higher serial that no run in `taken` has.

@@ -26,8 +26,8 @@ use serde_json::json;
 
 use super::job::build_job;
 use super::{
-    Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed, requeue_at,
-    write_params,
+    Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed,
+    replace_finalizers, requeue_at, write_params,
 };
 use crate::crd::{
     JobRef, RUNJOB_FINALIZER, RunAction, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant,
@@ -107,26 +107,8 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
             Err(e) => return Err(e.into()),
         }
     }
-    let remaining: Vec<String> = run
-        .finalizers()
-        .iter()
-        .filter(|f| *f != RUNJOB_FINALIZER)
-        .cloned()
-        .collect();
-    let patch = json!([
-        { "op": "test", "path": "/metadata/finalizers", "value": run.finalizers() },
-        { "op": "replace", "path": "/metadata/finalizers", "value": remaining },
-    ]);
-    let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
-    match ctx
-        .runjobs()
-        .patch(&name, &write_params(), &Patch::Json::<()>(patch))
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
+    let remaining = super::without(run.finalizers(), RUNJOB_FINALIZER);
+    replace_finalizers(&ctx.runjobs(), run, remaining).await?;
     Ok(Action::await_change())
 }
 

@@ -27,7 +27,7 @@ use super::reclaim::{self, Reclaim};
 use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of, requeue_at};
 use crate::crd::{
     ConditionStatus, ProvisioningPolicy, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase,
-    RunRecord, TENANT_FINALIZER, Tenant, TenantPhase, TenantStatus, set_condition,
+    RunRecord, Tenant, TenantPhase, TenantStatus, set_condition,
 };
 use crate::names::TenantName;
 
@@ -341,19 +341,11 @@ fn next_lock_run(
     } else {
         RunAction::Resume
     };
-    let attempts = generation_attempts(tenant, runs, action);
-    if attempts
-        .iter()
-        .any(|a| a.phase == Some(RunPhase::Succeeded))
-    {
-        return None;
-    }
     // A transient failure is retried; a permanent one stops after a few tries instead of looping.
-    let tried = attempts.len() as u64;
-    if tried >= MAX_LOCK_ATTEMPTS {
-        return None;
+    match next_attempt(tenant, runs, action, MAX_LOCK_ATTEMPTS, Retry::AtOnce) {
+        NextRun::Start(name) => Some((action, name)),
+        NextRun::Idle | NextRun::RetryAt { .. } | NextRun::GaveUp => None,
     }
-    Some((action, attempt_name(tenant, action, tried)?))
 }
 
 /// Suspend/Resume attempts for one generation before the tenant reconciler gives up until the spec changes.
@@ -449,14 +441,23 @@ pub enum NextRun {
     GaveUp,
 }
 
-/// This generation's next attempt at `action`: the first at once, a failed one retried after
-/// [`retry_delay`], `max` attempts in all; [`NextRun::Idle`] once one succeeded.
+/// When a failed attempt is tried again.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Retry {
+    /// At once (a lock run: the spec wants the lock now).
+    AtOnce,
+    /// After [`retry_delay`], counted from when the failed attempt ended; `now` is the time now.
+    WithBackoff { now: Timestamp },
+}
+
+/// This generation's next attempt at `action`: the first at once, a failed one retried as `retry`
+/// says, `max` attempts in all; [`NextRun::Idle`] once one succeeded.
 pub(super) fn next_attempt(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
     action: RunAction,
     max: u64,
-    now: Timestamp,
+    retry: Retry,
 ) -> NextRun {
     let attempts = generation_attempts(tenant, runs, action);
     if attempts
@@ -469,13 +470,17 @@ pub(super) fn next_attempt(
     if tried >= max {
         return NextRun::GaveUp;
     }
-    let retry_at = attempts
-        .iter()
-        .filter_map(|a| a.ended)
-        .max()
-        .map(|ended| ended + retry_delay(tried));
+    let retry_at = match retry {
+        Retry::AtOnce => None,
+        Retry::WithBackoff { now } => attempts
+            .iter()
+            .filter_map(|a| a.ended)
+            .max()
+            .map(|ended| ended + retry_delay(tried))
+            .filter(|at| *at > now),
+    };
     match (retry_at, attempt_name(tenant, action, tried)) {
-        (Some(at), _) if at > now => NextRun::RetryAt {
+        (Some(at), _) => NextRun::RetryAt {
             attempt: tried + 1,
             at,
         },
@@ -498,7 +503,7 @@ pub fn automatic_provision(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp
         runs,
         RunAction::Provision,
         MAX_PROVISION_ATTEMPTS,
-        now,
+        Retry::WithBackoff { now },
     )
 }
 
@@ -610,7 +615,7 @@ async fn reconcile_deleting(
     taken: &[String],
     ctx: &Context,
 ) -> Result<Action> {
-    if !tenant.finalizers().iter().any(|f| f == TENANT_FINALIZER) {
+    if !reclaim::carries_finalizer(tenant) {
         return Ok(Action::await_change());
     }
     let now = ctx.clock.now();

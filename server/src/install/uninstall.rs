@@ -248,11 +248,7 @@ where
         .into_iter()
         .filter(|o| o.finalizers().iter().any(|f| f == finalizer))
     {
-        let remaining: Vec<&String> = obj
-            .finalizers()
-            .iter()
-            .filter(|f| *f != finalizer)
-            .collect();
+        let remaining = crate::controller::without(obj.finalizers(), finalizer);
         let patch = json!({ "metadata": { "finalizers": remaining, "resourceVersion": obj.resource_version() } });
         let what = format!("{kind} {namespace}/{}", obj.name_any());
         match api

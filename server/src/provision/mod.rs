@@ -255,16 +255,12 @@ impl<C: ClickHouse> Provisioner<C> {
                 user: ids.user.as_str().to_owned(),
             });
         }
-        let old = self
+        let (old, pending) = self
             .sync
-            .existing_password(name, tenant)
+            .passwords_for_rotation(name, tenant)
             .await?
-            .ok_or_else(|| ProvisionError::WouldRotate {
-                tenant: name.to_string(),
-                user: ids.user.as_str().to_owned(),
-                secret: name.credentials_secret(),
-            })?;
-        let new = match self.sync.pending_password(name).await? {
+            .ok_or_else(|| would_rotate(name, ids))?;
+        let new = match pending {
             Some(pending) => pending,
             None => {
                 let fresh = tenant_sync::generate_password()?;
@@ -339,11 +335,7 @@ impl<C: ClickHouse> Provisioner<C> {
             self.sync
                 .existing_password(name, tenant)
                 .await?
-                .ok_or_else(|| ProvisionError::WouldRotate {
-                    tenant: name.to_string(),
-                    user: ids.user.as_str().to_owned(),
-                    secret: name.credentials_secret(),
-                })?;
+                .ok_or_else(|| would_rotate(name, ids))?;
             self.sync
                 .report(name, tenant, tenant.access_locked())
                 .await?;
@@ -364,11 +356,7 @@ impl<C: ClickHouse> Provisioner<C> {
         let (password, created) = match (on_file, user_exists, self.rotate) {
             (Some(password), _, false) => (password, false),
             (None, true, false) => {
-                return Err(ProvisionError::WouldRotate {
-                    tenant: name.to_string(),
-                    user: ids.user.as_str().to_owned(),
-                    secret: name.credentials_secret(),
-                });
+                return Err(would_rotate(name, ids));
             }
             // A deliberate rotation of credentials on file.
             (Some(_), _, true) => {
@@ -505,6 +493,15 @@ impl<C: ClickHouse> Provisioner<C> {
             }),
             Err(e) => Err(ProvisionError::from_clickhouse(&self.clickhouse_url, e)),
         }
+    }
+}
+
+/// A user whose password on file is gone: never silently replaced.
+fn would_rotate(name: &TenantName, ids: &TenantIdents) -> ProvisionError {
+    ProvisionError::WouldRotate {
+        tenant: name.to_string(),
+        user: ids.user.as_str().to_owned(),
+        secret: name.credentials_secret(),
     }
 }
 

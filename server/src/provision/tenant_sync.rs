@@ -227,21 +227,24 @@ impl TenantSync {
         }
     }
 
-    /// The new password a Rotate run put on file before ClickHouse knew it, if a run was cut short.
-    pub async fn pending_password(
+    /// The password on file and, if a Rotate run was cut short, the new one it put there before
+    /// ClickHouse knew it (`pendingPassword`): one read of the Secret, which must be the tenant's.
+    pub async fn passwords_for_rotation(
         &self,
         name: &TenantName,
-    ) -> Result<Option<String>, ProvisionError> {
+        tenant: &Tenant,
+    ) -> Result<Option<(String, Option<String>)>, ProvisionError> {
         let Some(secret) = self.credentials_secret(name).await? else {
             return Ok(None);
         };
-        let bytes = secret
+        let current = password_on_file(&secret, name, tenant)?;
+        let pending = secret
             .data
             .as_ref()
-            .and_then(|d| d.get(PENDING_PASSWORD_KEY));
-        Ok(bytes
+            .and_then(|d| d.get(PENDING_PASSWORD_KEY))
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .filter(|p| !p.is_empty()))
+            .filter(|p| !p.is_empty());
+        Ok(Some((current, pending)))
     }
 
     /// Puts a Rotate run's new password on file beside the current one.

@@ -5,7 +5,6 @@
 use http::{Method, Request, StatusCode, header};
 use jiff::SignedDuration;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use sentry_tenants::controller::tenant::MAX_PROVISION_ATTEMPTS;
 use sentry_tenants::crd::{ProvisioningPolicy, RunAction, Tenant, TenantPhase};
 use sentry_tenants_tests::dashboard::dashboard_router;
@@ -23,18 +22,11 @@ fn provisioned_condition(t: &Tenant) -> (String, String, String) {
 }
 
 async fn provision_runs(c: &Cluster) -> Vec<String> {
-    let mut names: Vec<String> = c
-        .runjobs()
-        .list(&Default::default())
+    c.runs_of(RunAction::Provision)
         .await
-        .unwrap()
-        .items
         .iter()
-        .filter(|r| r.spec.action == RunAction::Provision)
         .map(|r| r.name_any())
-        .collect();
-    names.sort();
-    names
+        .collect()
 }
 
 /// Every Provision run the tenant ever had: live ones and those recorded after their cleanup.
@@ -220,11 +212,7 @@ async fn a_failed_automatic_run_is_retried_after_15_30_and_60_seconds_then_given
     c.settle().await;
     fail(&c, "acme-provision-14").await;
     // ... and a spec change starts a new generation's attempts.
-    let patch = json!({"spec": {"displayName": "Acme"}});
-    c.tenants()
-        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    c.patch_spec("acme", json!({"displayName": "Acme"})).await;
     c.settle().await;
     assert_eq!(
         provision_runs(&c).await,
@@ -262,9 +250,10 @@ async fn a_click_racing_the_reconciler_starts_one_run() {
     assert_eq!(c.log.creates_of("runjobs"), 2);
 }
 
-/// A suspended Automatic tenant is provisioned too: its user is made with logins locked.
+/// A suspended Automatic tenant gets its Provision run too (the provisioner then makes the user locked:
+/// `provisioner::a_suspended_tenant_is_provisioned_locked`).
 #[tokio::test]
-async fn a_suspended_automatic_tenant_is_provisioned_locked() {
+async fn a_suspended_automatic_tenant_gets_its_provision_run_too() {
     let c = Cluster::new().await;
     c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
         .await;

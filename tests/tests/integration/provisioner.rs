@@ -22,12 +22,7 @@ fn provisioner(
     ch: &RecordingClickHouse,
     rotate: bool,
 ) -> Provisioner<RecordingClickHouse> {
-    Provisioner {
-        clickhouse: ch.clone(),
-        clickhouse_url: "http://clickhouse:8123".into(),
-        sync: TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy"),
-        rotate,
-    }
+    c.provisioner(ch, rotate)
 }
 
 fn acme() -> TenantName {

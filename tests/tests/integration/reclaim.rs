@@ -6,14 +6,10 @@
 use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use sentry_tenants::crd::{
-    ReclaimPolicy, RunAction, RunJob, TENANT_FINALIZER, Tenant, TenantPhase,
-};
+use kube::api::{Api, DeleteParams};
+use sentry_tenants::crd::{ReclaimPolicy, RunAction, TENANT_FINALIZER, Tenant, TenantPhase};
 use sentry_tenants::names::TenantName;
-use sentry_tenants::provision::{
-    PASSWORD_KEY, ProvisionError, Provisioner, RETAINED_FOR, TenantSync,
-};
+use sentry_tenants::provision::{PASSWORD_KEY, ProvisionError, Provisioner, RETAINED_FOR};
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS};
 use serde_json::json;
@@ -30,17 +26,6 @@ fn condition(t: &Tenant, type_: &str) -> Option<(String, String, String)> {
         .iter()
         .find(|c| c.type_ == type_)?;
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-async fn runs_of(c: &Cluster, action: RunAction) -> Vec<RunJob> {
-    c.runjobs()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|r| r.spec.action == action)
-        .collect()
 }
 
 async fn delete_tenant(c: &Cluster, name: &str) {
@@ -100,7 +85,7 @@ async fn a_provisioned_tenant_goes_only_after_its_deprovision_run_succeeded() {
     }
     let t = c.tenant("acme").await;
     assert_eq!(t.phase(), Some(TenantPhase::Terminating));
-    let runs = runs_of(&c, RunAction::Deprovision).await;
+    let runs = c.runs_of(RunAction::Deprovision).await;
     assert_eq!(runs.len(), 1, "one run: {runs:?}");
     let run = &runs[0];
     assert_eq!(run.name_any(), "acme-deprovision-10");
@@ -149,7 +134,7 @@ async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
         condition(&t, "Reclaimed").map(|(_, reason, _)| reason),
         Some("WaitingForRun".into())
     );
-    assert!(runs_of(&c, RunAction::Deprovision).await.is_empty());
+    assert!(c.runs_of(RunAction::Deprovision).await.is_empty());
     assert_eq!(
         c.run("acme-provision-1").await.unwrap().phase(),
         Some(sentry_tenants::crd::RunPhase::Running),
@@ -164,7 +149,7 @@ async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
     )
     .await;
     c.settle().await;
-    assert_eq!(runs_of(&c, RunAction::Deprovision).await.len(), 1);
+    assert_eq!(c.runs_of(RunAction::Deprovision).await.len(), 1);
 }
 
 #[tokio::test]
@@ -189,7 +174,7 @@ async fn a_failing_deprovision_is_retried_then_the_escape_hatch_is_named() {
         c.clock.advance(SignedDuration::from_secs(delay));
         c.settle().await;
         assert_eq!(
-            runs_of(&c, RunAction::Deprovision).await.len() as u64,
+            c.runs_of(RunAction::Deprovision).await.len() as u64,
             attempt
         );
     }
@@ -215,11 +200,7 @@ async fn a_failing_deprovision_is_retried_then_the_escape_hatch_is_named() {
     );
     assert_eq!(c.log.creates_of("runjobs"), 4);
     // The escape hatch: removing the finalizer by hand lets it go.
-    let patch = json!({"metadata": {"finalizers": null}});
-    c.tenants()
-        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    c.remove_finalizers("acme").await;
     c.settle().await;
     assert!(gone(&c, "acme").await);
 }
@@ -239,7 +220,8 @@ async fn a_new_tenant_of_the_same_name_takes_nothing_from_the_old_ones_runs() {
     assert!(t.history().is_empty(), "{:?}", t.history());
     delete_tenant(&c, "acme").await;
     c.settle().await;
-    let mut names: Vec<String> = runs_of(&c, RunAction::Deprovision)
+    let mut names: Vec<String> = c
+        .runs_of(RunAction::Deprovision)
         .await
         .iter()
         .map(|r| r.name_any())
@@ -260,12 +242,7 @@ async fn a_new_tenant_of_the_same_name_takes_nothing_from_the_old_ones_runs() {
 }
 
 fn provisioner(c: &Cluster, ch: &RecordingClickHouse) -> Provisioner<RecordingClickHouse> {
-    Provisioner {
-        clickhouse: ch.clone(),
-        clickhouse_url: "http://clickhouse:8123".into(),
-        sync: TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy"),
-        rotate: false,
-    }
+    c.provisioner(ch, false)
 }
 
 fn acme() -> TenantName {
@@ -286,11 +263,8 @@ fn password_of(secret: &Secret) -> Vec<u8> {
 /// A tenant provisioned by the real provisioner, then deleted (held by its finalizer).
 async fn provisioned_then_deleted(c: &Cluster, ch: &RecordingClickHouse, policy: ReclaimPolicy) {
     c.create_tenant("acme").await;
-    let patch = json!({"spec": {"reclaimPolicy": policy.as_str()}});
-    c.tenants()
-        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    c.patch_spec("acme", json!({"reclaimPolicy": policy.as_str()}))
+        .await;
     c.settle().await;
     provisioner(c, ch)
         .run(&acme(), RunAction::Provision)
@@ -331,11 +305,7 @@ async fn retain_locks_the_user_keeps_the_rest_and_a_new_tenant_adopts_it_with_th
         .unwrap();
 
     // The tenant goes; a new one of the same name adopts what was retained.
-    let patch = json!({"metadata": {"finalizers": null}});
-    c.tenants()
-        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    c.remove_finalizers("acme").await;
     assert!(gone(&c, "acme").await);
     let new = c.create_tenant("acme").await;
     ch.clear();
@@ -427,11 +397,8 @@ async fn a_secret_of_the_name_that_is_not_the_tenants_is_left_alone_by_either_po
         let c = Cluster::new().await;
         let ch = RecordingClickHouse::new(MODERN);
         c.create_tenant("acme").await;
-        let patch = json!({"spec": {"reclaimPolicy": policy.as_str()}});
-        c.tenants()
-            .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        c.patch_spec("acme", json!({"reclaimPolicy": policy.as_str()}))
+            .await;
         let foreign: Secret = serde_json::from_value(json!({
             "metadata": {"name": "acme-clickhouse", "namespace": NS, "labels": {"team": "db"}},
             "stringData": {"password": "someone else's"}
