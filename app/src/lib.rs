@@ -7,6 +7,7 @@
 pub mod api;
 pub mod components;
 pub mod forms;
+pub mod limits;
 pub mod live;
 pub mod model;
 pub mod names;

@@ -12,6 +12,7 @@ pub mod labels;
 pub mod leader;
 /// Tenant-name validation and derived names live with the dashboard (its form uses them) and are
 /// re-exported here for the operator.
+pub use sentry_tenants_app::limits;
 pub use sentry_tenants_app::names;
 pub mod operator;
 pub mod provision;

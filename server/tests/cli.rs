@@ -105,7 +105,7 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
         ),
         (
             "Delete",
-            "SELECT version();\nDROP USER IF EXISTS `tenant_acme_user`;\nDROP DATABASE IF EXISTS `tenant_acme`;\n",
+            "SELECT version();\nDROP USER IF EXISTS `tenant_acme_user`;\nDROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`;\nDROP QUOTA IF EXISTS `tenant_acme_quota`;\nDROP DATABASE IF EXISTS `tenant_acme`;\n",
         ),
     ] {
         let out = bin()
@@ -122,6 +122,33 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
             .unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), want, "{policy}");
     }
+
+    // SetLimits with the limits to print, on a cluster: the checks first, ON CLUSTER in each change.
+    let out = bin()
+        .args([
+            "provision-tenant",
+            "acme",
+            "--action",
+            "setlimits",
+            "--max-memory-per-query",
+            "2Gi",
+            "--queries-per-hour",
+            "500",
+            "--clickhouse-cluster",
+            "prod",
+            "--dry-run",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "SELECT version();\n\
+         SELECT count() FROM system.clusters WHERE cluster = 'prod';\n\
+         SELECT count() FROM system.user_directories WHERE type = 'replicated';\n\
+         SELECT count() FROM system.users WHERE name = 'tenant_acme_user';\n\
+         CREATE SETTINGS PROFILE OR REPLACE `tenant_acme_profile` ON CLUSTER `prod` SETTINGS max_memory_usage = 2147483648 READONLY TO `tenant_acme_user`;\n\
+         CREATE QUOTA OR REPLACE `tenant_acme_quota` ON CLUSTER `prod` FOR INTERVAL 1 hour MAX queries = 500 TO `tenant_acme_user`;\n"
+    );
 }
 
 #[test]
@@ -555,7 +582,34 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
         (
             &["provision-tenant", "acme", "--action", "delete"],
             2,
-            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision, Rotate",
+            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision, Rotate, SetLimits",
+        ),
+        (
+            &["provision-tenant", "acme", "--clickhouse-cluster", "a b"],
+            2,
+            "error: invalid value 'a b' for '--clickhouse-cluster <CLICKHOUSE_CLUSTER>': \"a b\" is not a ClickHouse cluster name (letters, digits, '_', '-', '.', starting with a letter or '_')",
+        ),
+        (
+            &[
+                "provision-tenant",
+                "acme",
+                "--dry-run",
+                "--max-memory-per-query",
+                "4GB",
+            ],
+            2,
+            "error: invalid value '4GB' for '--max-memory-per-query <MAX_MEMORY_PER_QUERY>': max memory per query \"4GB\" must be 1 to 9999 followed by Mi or Gi (512Mi, 4Gi), or empty for no limit",
+        ),
+        (
+            &[
+                "provision-tenant",
+                "acme",
+                "--dry-run",
+                "--queries-per-hour",
+                "0",
+            ],
+            2,
+            "error: invalid value '0' for '--queries-per-hour <QUERIES_PER_HOUR>': 0 is not in 1..=100000000",
         ),
         (
             &["provision-tenant", "acme", "--reclaim-policy", "keep"],

@@ -15,6 +15,13 @@ pub struct Model {
     /// User → an older password hash still accepted until the time given (`VALID UNTIL`), as a
     /// rotation on a server holding several authentication methods leaves it.
     pub previous: HashMap<String, (String, jiff::Timestamp)>,
+    /// Settings profile → its `setting = value` constraints, in order, and the user it is assigned to.
+    pub profiles: HashMap<String, (Vec<(String, i64)>, String)>,
+    /// Quota → queries per hour, and the user it is assigned to.
+    pub quotas: HashMap<String, (i64, String)>,
+    /// Clusters in `system.clusters`, and whether users live in a replicated user directory.
+    pub clusters: HashSet<String>,
+    pub replicated_users: bool,
 }
 
 fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
@@ -51,8 +58,41 @@ impl Model {
         if sql == "SELECT 1" {
             return "1\n".to_owned();
         }
+        if sql.starts_with("SELECT count() FROM system.clusters") {
+            let cluster = quoted_after(sql, "cluster = ").unwrap_or_default();
+            return format!("{}\n", u8::from(self.clusters.contains(cluster)));
+        }
+        if sql.starts_with("SELECT count() FROM system.user_directories") {
+            return format!("{}\n", u8::from(self.replicated_users));
+        }
         let host_locked = sql.contains(" HOST NONE");
-        if let Some(db) = quoted_after(sql, "CREATE DATABASE IF NOT EXISTS ") {
+        let assigned_to = || quoted_after(sql, " TO ").unwrap_or_default().to_owned();
+        if let Some(profile) = quoted_after(sql, "CREATE SETTINGS PROFILE OR REPLACE ") {
+            let settings = sql
+                [sql.rfind(" SETTINGS ").expect("SETTINGS") + 10..sql.find(" TO ").expect("TO")]
+                .split(", ")
+                .map(|s| {
+                    let (name, rest) = s.split_once(" = ").expect("name = value");
+                    let value = rest.split(' ').next().unwrap_or_default();
+                    (name.to_owned(), value.parse().expect("an integer setting"))
+                })
+                .collect();
+            self.profiles
+                .insert(profile.to_owned(), (settings, assigned_to()));
+        } else if let Some(profile) = quoted_after(sql, "DROP SETTINGS PROFILE IF EXISTS ") {
+            self.profiles.remove(profile);
+        } else if let Some(quota) = quoted_after(sql, "CREATE QUOTA OR REPLACE ") {
+            let rest = &sql[sql.find("MAX queries = ").expect("MAX queries") + 14..];
+            let n = rest
+                .split(' ')
+                .next()
+                .unwrap_or_default()
+                .parse()
+                .expect("a count");
+            self.quotas.insert(quota.to_owned(), (n, assigned_to()));
+        } else if let Some(quota) = quoted_after(sql, "DROP QUOTA IF EXISTS ") {
+            self.quotas.remove(quota);
+        } else if let Some(db) = quoted_after(sql, "CREATE DATABASE IF NOT EXISTS ") {
             self.databases.insert(db.to_owned());
         } else if let Some(db) = quoted_after(sql, "DROP DATABASE IF EXISTS ") {
             self.databases.remove(db);

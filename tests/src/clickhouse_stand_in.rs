@@ -279,6 +279,11 @@ impl ClickHouseStandIn {
         inner.model.users.contains_key(user)
     }
 
+    /// Reads the server's state (profiles, quotas, …).
+    pub fn model<T>(&self, read: impl FnOnce(&Model) -> T) -> T {
+        read(&self.shared.inner.lock().expect("lock").model)
+    }
+
     pub fn has_database(&self, database: &str) -> bool {
         let inner = self.shared.inner.lock().expect("lock");
         inner.model.databases.contains(database)

@@ -295,6 +295,7 @@ impl Fleet {
             clickhouse_url: "http://clickhouse:8123".into(),
             sync: TenantSync::new(self.cluster.client.clone(), NS, "/var/lib/sentry/tantivy"),
             rotate: false,
+            cluster: None,
         };
         let tenant = TenantName::parse(&run.spec.tenant).map_err(|e| e.to_string())?;
         provisioner

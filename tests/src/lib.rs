@@ -1094,6 +1094,7 @@ impl Cluster {
                 "/var/lib/sentry/tantivy",
             ),
             rotate,
+            cluster: None,
         }
     }
 
@@ -1222,6 +1223,14 @@ pub mod clickhouse_seam {
                 .model
                 .databases
                 .contains(database)
+        }
+        /// Reads the server's state (profiles, quotas, …).
+        pub fn model<T>(&self, read: impl FnOnce(&Model) -> T) -> T {
+            read(&self.state.lock().unwrap().model)
+        }
+        /// Changes the server's configuration (clusters, user directories).
+        pub fn configure(&self, change: impl FnOnce(&mut Model)) {
+            change(&mut self.state.lock().unwrap().model)
         }
         /// Every later query fails with `error` until `recover`.
         pub fn fail(&self, error: ChError) {

@@ -6,12 +6,18 @@
 //! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant — or nobody
 //!    knows what it enforces, because the latest lock run failed after perhaps changing it — a
 //!    Suspend/Resume RunJob is created for that generation: one at a time, a failed one retried up to
-//!    [`MAX_LOCK_ATTEMPTS`] times, never more.
+//!    [`MAX_SYNC_ATTEMPTS`] times, never more.
 //! 5. An Automatic tenant that is not provisioned gets a Provision RunJob for its generation: one at a
 //!    time, a failed one retried after 15 s, 30 s and 60 s, [`MAX_PROVISION_ATTEMPTS`] in all, the
 //!    reason and the next attempt's time on the `Provisioned` condition. A Manual tenant waits for a
 //!    click or a RunJob.
-//! 6. Status is written only when it changed.
+//! 6. When `spec.limits` differs from what ClickHouse enforces on a provisioned tenant — or nobody
+//!    knows, because the latest SetLimits run failed — a SetLimits RunJob is created for that
+//!    generation, the same way: one at a time, [`MAX_SYNC_ATTEMPTS`] in all. A change ClickHouse does
+//!    not enforce (a display name) starts nothing.
+//! 7. `status.syncedGeneration` is the newest generation whose suspension and limits ClickHouse is
+//!    known to enforce; the `LimitsEnforced` condition says where the limits stand.
+//! 8. Status is written only when it changed.
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
 
@@ -27,7 +33,7 @@ use super::reclaim::{self, Reclaim};
 use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of, requeue_at};
 use crate::crd::{
     ConditionStatus, ProvisioningPolicy, RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase,
-    RunRecord, Tenant, TenantPhase, TenantStatus, set_condition,
+    RunRecord, Tenant, TenantLimits, TenantPhase, TenantStatus, set_condition,
 };
 use crate::names::TenantName;
 
@@ -111,20 +117,37 @@ fn is_lock_action(action: RunAction) -> bool {
     matches!(action, RunAction::Suspend | RunAction::Resume)
 }
 
+fn in_flight(runs: &[Arc<RunJob>], of: impl Fn(RunAction) -> bool) -> bool {
+    runs.iter().any(|r| of(r.spec.action) && r.is_in_flight())
+}
+
 fn lock_run_in_flight(runs: &[Arc<RunJob>]) -> bool {
-    runs.iter()
-        .any(|r| is_lock_action(r.spec.action) && r.is_in_flight())
+    in_flight(runs, is_lock_action)
+}
+
+fn is_limits_action(action: RunAction) -> bool {
+    action == RunAction::SetLimits
+}
+
+/// Whether the provisioner's last report of what `of`'s runs change can be trusted: none of them is
+/// in flight and the latest did not fail. Either may have changed ClickHouse without a report reaching
+/// the status (a pod lost between the statement and the status write); then only a run can settle it.
+fn settled(tenant: &Tenant, runs: &[Arc<RunJob>], of: impl Fn(RunAction) -> bool + Copy) -> bool {
+    let latest_failed =
+        latest_finished(runs, tenant.history(), of).is_some_and(|f| f.phase == RunPhase::Failed);
+    !in_flight(runs, of) && !latest_failed
 }
 
 /// What ClickHouse's login lock is, as far as the tenant can tell: the provisioner's last report
-/// (`status.accessLocked`), unless a Suspend/Resume run is in flight or the latest one failed. Either
-/// may have changed the lock without a report reaching the status (a pod lost between the statement and
-/// the status write), so then the lock is unknown and only a run can settle it.
+/// (`status.accessLocked`) once [`settled`], else unknown.
 pub fn enforced_lock(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<bool> {
-    let in_flight = lock_run_in_flight(runs);
-    let latest_failed = latest_finished(runs, tenant.history(), is_lock_action)
-        .is_some_and(|f| f.phase == RunPhase::Failed);
-    (!in_flight && !latest_failed).then(|| tenant.access_locked())
+    settled(tenant, runs, is_lock_action).then(|| tenant.access_locked())
+}
+
+/// The limits ClickHouse enforces, as far as the tenant can tell: the provisioner's last report
+/// (`status.appliedLimits`) once [`settled`], else unknown.
+pub fn enforced_limits(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<TenantLimits> {
+    settled(tenant, runs, is_limits_action).then(|| tenant.applied_limits())
 }
 
 pub fn provision_runs(runs: &[Arc<RunJob>], history: &[RunRecord]) -> ProvisionRuns {
@@ -275,6 +298,44 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
             generation,
             now,
         );
+
+        let wanted = tenant.spec.limits();
+        let limits = enforced_limits(tenant, runs);
+        let gave_up = !in_flight(runs, is_limits_action)
+            && next_limits_run(tenant, runs, limits.as_ref()).is_none();
+        let (enforced, reason, message) = match &limits {
+            Some(l) if *l == wanted => (
+                true,
+                "Enforced",
+                format!("ClickHouse enforces {}", wanted.describe()),
+            ),
+            _ if gave_up => (
+                false,
+                "ApplyFailed",
+                format!(
+                    "Applying {} failed on every attempt: see the run history, then change spec.limits to try again",
+                    wanted.describe()
+                ),
+            ),
+            _ => (
+                false,
+                "Applying",
+                format!("A SetLimits run is applying {}", wanted.describe()),
+            ),
+        };
+        set_condition(
+            c,
+            "LimitsEnforced",
+            enforced.into(),
+            reason,
+            &message,
+            generation,
+            now,
+        );
+        // Rule 7.
+        if enforced && enforced_lock(tenant, runs) == Some(tenant.spec.suspended) {
+            desired.synced_generation = generation;
+        }
     }
     desired
 }
@@ -285,6 +346,7 @@ pub fn owned_status(status: &TenantStatus) -> TenantStatus {
         phase: status.phase,
         observed_generation: status.observed_generation,
         conditions: status.conditions.clone(),
+        synced_generation: status.synced_generation,
         ..TenantStatus::default()
     }
 }
@@ -319,7 +381,7 @@ fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord], automatic: &NextR
 
 /// Rule 4: the Suspend/Resume run this tenant needs now, if any. `None` when ClickHouse is known to
 /// enforce spec.suspended ([`enforced_lock`]), when a lock run is in flight, or when this generation's
-/// run was already made (or tried [`MAX_LOCK_ATTEMPTS`] times).
+/// run was already made (or tried [`MAX_SYNC_ATTEMPTS`] times).
 pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunAction, String)> {
     next_lock_run(tenant, runs, enforced_lock(tenant, runs))
 }
@@ -330,26 +392,57 @@ fn next_lock_run(
     runs: &[Arc<RunJob>],
     enforced: Option<bool>,
 ) -> Option<(RunAction, String)> {
-    if !tenant.is_provisioned() || enforced == Some(tenant.spec.suspended) {
-        return None;
-    }
-    if lock_run_in_flight(runs) {
-        return None;
-    }
     let action = if tenant.spec.suspended {
         RunAction::Suspend
     } else {
         RunAction::Resume
     };
-    // A transient failure is retried; a permanent one stops after a few tries instead of looping.
-    match next_attempt(tenant, runs, action, MAX_LOCK_ATTEMPTS, Retry::AtOnce) {
-        NextRun::Start(name) => Some((action, name)),
+    let in_step = enforced == Some(tenant.spec.suspended);
+    next_sync_run(tenant, runs, in_step, action, is_lock_action).map(|name| (action, name))
+}
+
+/// Rule 6: the SetLimits run this tenant needs now, if any; `None` as for [`lock_run_needed`].
+pub fn limits_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<String> {
+    next_limits_run(tenant, runs, enforced_limits(tenant, runs).as_ref())
+}
+
+fn next_limits_run(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    enforced: Option<&TenantLimits>,
+) -> Option<String> {
+    let in_step = enforced == Some(&tenant.spec.limits());
+    next_sync_run(
+        tenant,
+        runs,
+        in_step,
+        RunAction::SetLimits,
+        is_limits_action,
+    )
+}
+
+/// Rules 4 and 6: a provisioned tenant out of step with ClickHouse gets this generation's next
+/// attempt at `action`, one at a time (no run of `of` in flight), a failed one retried at once (the
+/// spec wants it now), a permanent failure given up after a few tries instead of looping.
+fn next_sync_run(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    in_step: bool,
+    action: RunAction,
+    of: impl Fn(RunAction) -> bool,
+) -> Option<String> {
+    if !tenant.is_provisioned() || in_step || in_flight(runs, of) {
+        return None;
+    }
+    match next_attempt(tenant, runs, action, MAX_SYNC_ATTEMPTS, Retry::AtOnce) {
+        NextRun::Start(name) => Some(name),
         NextRun::Idle | NextRun::RetryAt { .. } | NextRun::GaveUp => None,
     }
 }
 
-/// Suspend/Resume attempts for one generation before the tenant reconciler gives up until the spec changes.
-pub const MAX_LOCK_ATTEMPTS: u64 = 3;
+/// Suspend/Resume (and SetLimits) attempts for one generation before the tenant reconciler gives up
+/// until the spec changes.
+pub const MAX_SYNC_ATTEMPTS: u64 = 3;
 /// Run serials the reconciler makes are `generation × 10 + attempt`, so one generation's attempts sort
 /// together and a name says which spec it was made for.
 const ATTEMPTS_PER_GENERATION: u64 = 10;
@@ -593,6 +686,10 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
     if finalized && let Some((action, run_name)) = lock_run_needed(&tenant, &runs) {
         runs.extend(create_run(&tenant, &run_name, action, &ctx).await?);
     }
+    // Rule 6.
+    if finalized && let Some(run_name) = limits_run_needed(&tenant, &runs) {
+        runs.extend(create_run(&tenant, &run_name, RunAction::SetLimits, &ctx).await?);
+    }
     // Rule 5.
     match automatic_provision(&tenant, &runs, now) {
         NextRun::Start(run_name) if finalized => {
@@ -602,7 +699,7 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         _ => {}
     }
 
-    // Rules 2, 3, 6.
+    // Rules 2, 3, 7, 8.
     write_status(&tenant, &runs, now, &ctx).await?;
     Ok(next)
 }
@@ -634,7 +731,7 @@ async fn reconcile_deleting(
     Ok(reclaim::next_wake(&step, now))
 }
 
-/// Rules 2, 3 and 6: the owned part of the status, written only when it changed.
+/// Rules 2, 3, 7 and 8: the owned part of the status, written only when it changed.
 async fn write_status(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],

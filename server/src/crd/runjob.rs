@@ -18,7 +18,7 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     category = "sentry",
     derive = "PartialEq",
     derive = "Default",
-    doc = "One run of Provision, Suspend, Resume, Rotate or Deprovision for a tenant, carried out by the Job it controls.",
+    doc = "One run of Provision, Suspend, Resume, Rotate, SetLimits or Deprovision for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -95,15 +95,19 @@ pub enum RunAction {
     /// Issues a new password: on servers that hold several per user the old one keeps working for
     /// the tenant's `spec.rotationGracePeriod`, on older ones the switch is immediate.
     Rotate,
+    /// Makes ClickHouse enforce the tenant's `spec.limits` (its settings profile and quota); made by
+    /// the Tenant controller when the limits change.
+    SetLimits,
 }
 
 impl RunAction {
-    pub const ALL: [RunAction; 5] = [
+    pub const ALL: [RunAction; 6] = [
         Self::Provision,
         Self::Suspend,
         Self::Resume,
         Self::Deprovision,
         Self::Rotate,
+        Self::SetLimits,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -113,6 +117,7 @@ impl RunAction {
             Self::Resume => "Resume",
             Self::Deprovision => "Deprovision",
             Self::Rotate => "Rotate",
+            Self::SetLimits => "SetLimits",
         }
     }
 }
@@ -126,7 +131,7 @@ impl std::str::FromStr for RunAction {
             .find(|a| a.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 format!(
-                    "unknown action {s:?}: expected one of Provision, Suspend, Resume, Deprovision, Rotate"
+                    "unknown action {s:?}: expected one of Provision, Suspend, Resume, Deprovision, Rotate, SetLimits"
                 )
             })
     }

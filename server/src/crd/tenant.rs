@@ -4,6 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Condition, RunAction, RunPhase};
+use crate::limits::{
+    MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR, MEMORY_PATTERN,
+};
 use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
 
 /// A tenant: a ClickHouse database, user and grants, provisioned by a RunJob and tracked here.
@@ -26,6 +29,7 @@ use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
     printcolumn(name = "Reclaim", type_ = "string", priority = 1, json_path = ".spec.reclaimPolicy"),
     printcolumn(name = "Logins", type_ = "string", json_path = r#".status.conditions[?(@.type=="AccessLocked")].reason"#),
     printcolumn(name = "Database", type_ = "string", json_path = ".status.clickHouseDatabaseName"),
+    printcolumn(name = "Synced", type_ = "integer", priority = 1, json_path = ".status.syncedGeneration"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Message", type_ = "string", priority = 1, json_path = r#".status.conditions[?(@.type=="Ready")].message"#),
     // Every name derived from the tenant's (database, user, Secret, RunJob, Job, Pod) must stay valid:
@@ -56,6 +60,69 @@ pub struct TenantSpec {
     #[serde(default = "default_rotation_grace_period")]
     #[schemars(pattern(ROTATION_GRACE_PATTERN))]
     pub rotation_grace_period: String,
+    /// What one tenant may take from the shared ClickHouse, enforced by a settings profile and a quota
+    /// named after the tenant and assigned to its user. Absent (or empty): no limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<TenantLimits>,
+}
+
+/// Per-tenant limits; each is optional (absent: unlimited) and bounded.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantLimits {
+    /// Most memory one query may use: 1 to 9999 of `Mi` or `Gi` (`512Mi`, `4Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(MEMORY_PATTERN))]
+    pub max_memory_per_query: Option<String>,
+    /// Longest a query may run, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_EXECUTION_SECONDS))]
+    pub max_execution_seconds: Option<i64>,
+    /// Queries of the tenant's user running at the same time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_CONCURRENT_QUERIES))]
+    pub max_concurrent_queries: Option<i64>,
+    /// Queries the tenant's user may start in one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_QUERIES_PER_HOUR))]
+    pub queries_per_hour: Option<i64>,
+}
+
+impl TenantLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `maxMemoryPerQuery` in bytes; `None` when unset (or, on an object written around the schema,
+    /// unreadable: then it is not enforced, and the provisioner says so).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        self.max_memory_per_query
+            .as_deref()
+            .and_then(crate::limits::memory_bytes)
+    }
+
+    /// One line for messages and the dashboard: `4Gi memory per query, 60 s per query, …`, or "none".
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = [
+            self.max_memory_per_query
+                .as_ref()
+                .map(|m| format!("{m} memory per query")),
+            self.max_execution_seconds
+                .map(|s| format!("{s} s per query")),
+            self.max_concurrent_queries
+                .map(|n| format!("{n} concurrent queries")),
+            self.queries_per_hour
+                .map(|n| format!("{n} queries per hour")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if parts.is_empty() {
+            "no limits".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
 }
 
 /// A duration of one unit: seconds, minutes or hours.
@@ -74,11 +141,17 @@ impl Default for TenantSpec {
             provisioning: ProvisioningPolicy::default(),
             reclaim_policy: ReclaimPolicy::default(),
             rotation_grace_period: default_rotation_grace_period(),
+            limits: None,
         }
     }
 }
 
 impl TenantSpec {
+    /// The limits the spec asks for; absent and empty are the same: none.
+    pub fn limits(&self) -> TenantLimits {
+        self.limits.clone().unwrap_or_default()
+    }
+
     /// `rotationGracePeriod` as a duration; the schema admits only what parses, so anything else (an
     /// object written before the schema had the field) is the default.
     pub fn rotation_grace(&self) -> jiff::SignedDuration {
@@ -190,6 +263,14 @@ pub struct TenantStatus {
     /// Written only by the provisioner after a Suspend (true) or Resume (false) run really changed ClickHouse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_locked: Option<bool>,
+    /// Written only by the provisioner: the limits its last Provision or SetLimits run made ClickHouse
+    /// enforce. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_limits: Option<TenantLimits>,
+    /// The newest generation of the spec that ClickHouse is known to enforce (its suspension and its
+    /// limits); behind `metadata.generation` while a run is bringing ClickHouse up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synced_generation: Option<i64>,
     /// Finished runs, newest first, kept after their RunJobs are cleaned up. Written only by the RunJob controller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::controller::HISTORY_LIMIT))]
@@ -271,6 +352,14 @@ impl Tenant {
             .as_ref()
             .and_then(|s| s.access_locked)
             .unwrap_or(false)
+    }
+
+    /// What the provisioner last reported ClickHouse enforces.
+    pub fn applied_limits(&self) -> TenantLimits {
+        self.status
+            .as_ref()
+            .and_then(|s| s.applied_limits.clone())
+            .unwrap_or_default()
     }
 
     pub fn history(&self) -> &[RunRecord] {

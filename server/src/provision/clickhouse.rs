@@ -51,6 +51,7 @@ pub mod codes {
     pub const AUTHENTICATION_FAILED: u32 = 516;
     pub const NOT_ENOUGH_PRIVILEGES: u32 = 497;
     pub const SYNTAX_ERROR: u32 = 62;
+    pub const UNKNOWN_TABLE: u32 = 60;
 }
 
 /// The ways ClickHouse's HTTP interface accepts credentials. Headers are the default: they keep the

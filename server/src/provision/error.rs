@@ -25,9 +25,21 @@ pub enum ProvisionError {
     )]
     ServerTooOld { version: String },
     #[error(
-        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER, DROP USER, DROP DATABASE and the tenant privileges WITH GRANT OPTION"
+        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER, DROP USER, DROP DATABASE, CREATE/ALTER/DROP SETTINGS PROFILE and QUOTA, and the tenant privileges WITH GRANT OPTION"
     )]
     PermissionDenied { message: String },
+    #[error(
+        "ClickHouse has no cluster named {cluster:?} (system.clusters): check --clickhouse-cluster against the server's remote_servers"
+    )]
+    ClusterUnknown { cluster: String },
+    #[error(
+        "refusing to provision ON CLUSTER {cluster:?}: the server keeps users in no replicated user directory{detail}, so a tenant's user would exist only on the nodes up at that moment; add a <replicated> entry to <user_directories> on every node"
+    )]
+    ClusterUsersNotReplicated { cluster: String, detail: String },
+    #[error(
+        "tenant {name:?} has maxMemoryPerQuery {value:?}, which is not 1 to 9999 followed by Mi or Gi: fix spec.limits (the CRD's schema refuses it; this object was written around it)"
+    )]
+    BadLimit { name: String, value: String },
     #[error("ClickHouse refused a statement: {message}")]
     ClickHouse { message: String },
     #[error("tenant {name:?} does not exist in namespace {namespace:?}")]

@@ -13,7 +13,7 @@ mod tenant_sync;
 
 pub use clickhouse::{Auth, ChError, ClickHouse, HttpClickHouse};
 pub use error::ProvisionError;
-pub use tenant_sync::{PASSWORD_KEY, RETAINED_FOR, TenantSync};
+pub use tenant_sync::{Enforces, PASSWORD_KEY, RETAINED_FOR, TenantSync};
 
 use std::io::Write as _;
 
@@ -21,9 +21,9 @@ use clap::Args;
 
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{ReclaimPolicy, RunAction, Tenant};
+use crate::crd::{ReclaimPolicy, RunAction, Tenant, TenantLimits};
 use crate::names::TenantName;
-use sql::{MIN_VERSION, TenantIdents, parse_version};
+use sql::{Ident, MIN_VERSION, TenantIdents, parse_version};
 
 /// Field manager of every write the provisioner makes.
 pub const MANAGER: &str = "sentry-tenants-provisioner";
@@ -71,6 +71,10 @@ pub struct ProvisionArgs {
     /// How credentials are sent over HTTP.
     #[arg(long, value_enum, default_value = "headers")]
     pub clickhouse_auth: Auth,
+    /// Run every statement `ON CLUSTER` this cluster (its users must live in a replicated user
+    /// directory: checked before anything is written).
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER", value_parser = parse_cluster)]
+    pub clickhouse_cluster: Option<Ident>,
     /// Root under which the tenant's Tantivy index path is derived (`<root>/<tenant>`).
     #[arg(
         long,
@@ -88,6 +92,18 @@ pub struct ProvisionArgs {
     /// run reads the Tenant's spec.reclaimPolicy).
     #[arg(long, value_parser = parse_reclaim_policy, default_value = "Retain")]
     pub reclaim_policy: ReclaimPolicy,
+    /// With --dry-run: spec.limits.maxMemoryPerQuery to print statements for (`4Gi`).
+    #[arg(long, value_parser = parse_memory, requires = "dry_run")]
+    pub max_memory_per_query: Option<String>,
+    /// With --dry-run: spec.limits.maxExecutionSeconds.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=crate::limits::MAX_EXECUTION_SECONDS), requires = "dry_run")]
+    pub max_execution_seconds: Option<i64>,
+    /// With --dry-run: spec.limits.maxConcurrentQueries.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=crate::limits::MAX_CONCURRENT_QUERIES), requires = "dry_run")]
+    pub max_concurrent_queries: Option<i64>,
+    /// With --dry-run: spec.limits.queriesPerHour.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=crate::limits::MAX_QUERIES_PER_HOUR), requires = "dry_run")]
+    pub queries_per_hour: Option<i64>,
     /// Id of the RunJob this run belongs to (for logs).
     #[arg(long, env = "SENTRY_TENANTS_RUN_ID", hide = true)]
     pub run_id: Option<String>,
@@ -102,6 +118,16 @@ fn parse_action(s: &str) -> Result<RunAction, String> {
 
 fn parse_reclaim_policy(s: &str) -> Result<ReclaimPolicy, String> {
     s.parse()
+}
+
+fn parse_cluster(s: &str) -> Result<Ident, String> {
+    Ident::cluster(s).map_err(|_| {
+        format!("{s:?} is not a ClickHouse cluster name (letters, digits, '_', '-', '.', starting with a letter or '_')")
+    })
+}
+
+fn parse_memory(s: &str) -> Result<String, String> {
+    crate::limits::memory(s)?.ok_or_else(|| "empty".to_owned())
 }
 
 /// What a successful run did, for the log line and the Event.
@@ -142,6 +168,10 @@ pub enum Outcome {
     /// Deprovision under reclaimPolicy Delete.
     Dropped {
         database: String,
+    },
+    /// A SetLimits run: what ClickHouse now enforces.
+    LimitsSet {
+        limits: TenantLimits,
     },
 }
 
@@ -196,6 +226,9 @@ impl Outcome {
             Self::Dropped { database } => {
                 format!("dropped database {database} and its user, deleted its credentials Secret")
             }
+            Self::LimitsSet { limits } => {
+                format!("ClickHouse enforces {}", limits.describe())
+            }
         }
     }
 }
@@ -206,6 +239,8 @@ pub struct Provisioner<C> {
     pub clickhouse_url: String,
     pub sync: TenantSync,
     pub rotate: bool,
+    /// Every statement `ON CLUSTER` this cluster.
+    pub cluster: Option<Ident>,
 }
 
 impl<C: ClickHouse> Provisioner<C> {
@@ -215,7 +250,9 @@ impl<C: ClickHouse> Provisioner<C> {
         action: RunAction,
     ) -> Result<Outcome, ProvisionError> {
         let tenant = self.sync.tenant(name).await?;
-        let ids = TenantIdents::for_tenant(name).expect("derived from a validated tenant name");
+        let ids = TenantIdents::for_tenant(name)
+            .expect("derived from a validated tenant name")
+            .on_cluster(self.cluster.clone());
         let deleting = tenant.meta().deletion_timestamp.is_some();
         let name_s = || name.to_string();
         match action {
@@ -230,7 +267,40 @@ impl<C: ClickHouse> Provisioner<C> {
                 self.set_locked(name, &tenant, &ids, action == RunAction::Suspend)
                     .await
             }
+            RunAction::SetLimits => self.set_limits(name, &tenant, &ids).await,
         }
+    }
+
+    /// A SetLimits run: ClickHouse made to enforce the tenant's current `spec.limits` (read now, not
+    /// when the run was made, so a late run never applies an older spec), then reported.
+    async fn set_limits(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<Outcome, ProvisionError> {
+        if !tenant.is_provisioned() {
+            return Err(ProvisionError::NotProvisioned {
+                name: name.to_string(),
+            });
+        }
+        let limits = checked_limits(name, tenant)?;
+        self.check_server().await?;
+        if !self.user_exists(ids).await? {
+            return Err(ProvisionError::UserMissing {
+                name: name.to_string(),
+                user: ids.user.as_str().to_owned(),
+            });
+        }
+        for statement in sql::set_limits(ids, &limits) {
+            self.exec(&statement.sql).await?;
+        }
+        let enforces = Enforces {
+            locked: None,
+            limits: Some(&limits),
+        };
+        self.sync.report(name, tenant, enforces).await?;
+        Ok(Outcome::LimitsSet { limits })
     }
 
     /// A Rotate run: a new password on file and in ClickHouse. Crash-safe: the new password is on file
@@ -248,7 +318,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 name: name.to_string(),
             });
         }
-        let version = self.check_version().await?;
+        let version = self.check_server().await?;
         if !self.user_exists(ids).await? {
             return Err(ProvisionError::UserMissing {
                 name: name.to_string(),
@@ -302,7 +372,7 @@ impl<C: ClickHouse> Provisioner<C> {
     ) -> Result<Outcome, ProvisionError> {
         let name = TenantName::parse(&tenant.name_any())?;
         let database = ids.database.as_str().to_owned();
-        self.check_version().await?;
+        self.check_server().await?;
         match tenant.spec.reclaim_policy {
             ReclaimPolicy::Retain => {
                 if self.user_exists(ids).await? {
@@ -336,13 +406,12 @@ impl<C: ClickHouse> Provisioner<C> {
                 .existing_password(name, tenant)
                 .await?
                 .ok_or_else(|| would_rotate(name, ids))?;
-            self.sync
-                .report(name, tenant, tenant.access_locked())
-                .await?;
+            self.sync.report(name, tenant, Enforces::default()).await?;
             return Ok(Outcome::Resynced { database });
         }
 
-        self.check_version().await?;
+        let limits = checked_limits(name, tenant)?;
+        self.check_server().await?;
         // What a deleted Tenant of this name retained becomes this one's: said in the outcome and its
         // Event, and never a new password.
         let adopted = self.sync.adopt_retained(name, tenant).await?;
@@ -385,6 +454,12 @@ impl<C: ClickHouse> Provisioner<C> {
         if user_exists {
             self.exec(&sql::set_locked(ids, locked).sql).await?;
         }
+        // A new user has no profile or quota yet: with no limits there is nothing to drop.
+        if user_exists || !limits.is_empty() {
+            for statement in sql::set_limits(ids, &limits) {
+                self.exec(&statement.sql).await?;
+            }
+        }
         let rotated = self.rotate && user_exists;
         if rotated {
             self.exec(&sql::rotate(ids, &hash).sql).await?;
@@ -392,7 +467,11 @@ impl<C: ClickHouse> Provisioner<C> {
         if !locked {
             self.verify_login(name, ids, &password).await?;
         }
-        self.sync.report(name, tenant, locked).await?;
+        let enforces = Enforces {
+            locked: Some(locked),
+            limits: Some(&limits),
+        };
+        self.sync.report(name, tenant, enforces).await?;
         Ok(if rotated {
             Outcome::Rotated { database }
         } else if adopted {
@@ -424,7 +503,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 suspended: tenant.spec.suspended,
             });
         }
-        self.check_version().await?;
+        self.check_server().await?;
         if !self.user_exists(ids).await? {
             return Err(ProvisionError::UserMissing {
                 name: name.to_string(),
@@ -432,7 +511,11 @@ impl<C: ClickHouse> Provisioner<C> {
             });
         }
         self.exec(&sql::set_locked(ids, locked).sql).await?;
-        self.sync.report(name, tenant, locked).await?;
+        let enforces = Enforces {
+            locked: Some(locked),
+            limits: None,
+        };
+        self.sync.report(name, tenant, enforces).await?;
         Ok(if locked {
             Outcome::Locked
         } else {
@@ -447,17 +530,45 @@ impl<C: ClickHouse> Provisioner<C> {
             .map_err(|e| ProvisionError::from_clickhouse(&self.clickhouse_url, e))
     }
 
-    /// Refuses servers without SQL access control before anything is written anywhere.
-    pub async fn check_version(&self) -> Result<String, ProvisionError> {
+    /// Refuses, before anything is written anywhere, a server without SQL access control and, with
+    /// `--clickhouse-cluster`, a cluster it does not know or whose users are not replicated. Returns
+    /// the server's version.
+    pub async fn check_server(&self) -> Result<String, ProvisionError> {
         let version = self
             .exec(&sql::select_version().sql)
             .await?
             .trim()
             .to_owned();
-        match parse_version(&version) {
-            Some(v) if v >= MIN_VERSION => Ok(version),
-            _ => Err(ProvisionError::ServerTooOld { version }),
+        if parse_version(&version).is_none_or(|v| v < MIN_VERSION) {
+            return Err(ProvisionError::ServerTooOld { version });
         }
+        if let Some(cluster) = &self.cluster {
+            self.check_cluster(cluster).await?;
+        }
+        Ok(version)
+    }
+
+    async fn check_cluster(&self, cluster: &Ident) -> Result<(), ProvisionError> {
+        let [known, replicated] = sql::cluster_checks(cluster);
+        if self.exec(&known.sql).await?.trim() == "0" {
+            return Err(ProvisionError::ClusterUnknown {
+                cluster: cluster.as_str().to_owned(),
+            });
+        }
+        let detail = match self.clickhouse.query(&replicated.sql).await {
+            Ok(count) if count.trim() != "0" => return Ok(()),
+            Ok(_) => String::new(),
+            // A server from before system.user_directories cannot have replicated ones.
+            Err(ChError::Server {
+                code: Some(clickhouse::codes::UNKNOWN_TABLE),
+                ..
+            }) => " (it has no system.user_directories table)".to_owned(),
+            Err(e) => return Err(ProvisionError::from_clickhouse(&self.clickhouse_url, e)),
+        };
+        Err(ProvisionError::ClusterUsersNotReplicated {
+            cluster: cluster.as_str().to_owned(),
+            detail,
+        })
     }
 
     async fn user_exists(&self, ids: &TenantIdents) -> Result<bool, ProvisionError> {
@@ -496,6 +607,18 @@ impl<C: ClickHouse> Provisioner<C> {
     }
 }
 
+/// The spec's limits, refused (not half-applied) when one was written around the schema.
+fn checked_limits(name: &TenantName, tenant: &Tenant) -> Result<TenantLimits, ProvisionError> {
+    let limits = tenant.spec.limits();
+    match &limits.max_memory_per_query {
+        Some(value) if limits.memory_bytes().is_none() => Err(ProvisionError::BadLimit {
+            name: name.to_string(),
+            value: value.clone(),
+        }),
+        _ => Ok(limits),
+    }
+}
+
 /// A user whose password on file is gone: never silently replaced.
 fn would_rotate(name: &TenantName, ids: &TenantIdents) -> ProvisionError {
     ProvisionError::WouldRotate {
@@ -527,13 +650,23 @@ impl ProvisionArgs {
 /// The statements `--dry-run` prints: the plan for a tenant that is not suspended, password redacted.
 pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
     let name = args.checked_tenant()?;
-    let ids = TenantIdents::for_tenant(&name).expect("derived from a validated tenant name");
-    Ok(
-        sql::plan(args.action, &ids, "<redacted>", false, args.reclaim_policy)
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-    )
+    let ids = TenantIdents::for_tenant(&name)
+        .expect("derived from a validated tenant name")
+        .on_cluster(args.clickhouse_cluster.clone());
+    let desired = sql::Desired {
+        locked: false,
+        reclaim: args.reclaim_policy,
+        limits: TenantLimits {
+            max_memory_per_query: args.max_memory_per_query.clone(),
+            max_execution_seconds: args.max_execution_seconds,
+            max_concurrent_queries: args.max_concurrent_queries,
+            queries_per_hour: args.queries_per_hour,
+        },
+    };
+    Ok(sql::plan(args.action, &ids, "<redacted>", &desired)
+        .iter()
+        .map(ToString::to_string)
+        .collect())
 }
 
 /// The subcommand: dry-run, or a real run whose failure is one line on stderr and in the termination log.
@@ -578,6 +711,7 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
         clickhouse_url: args.clickhouse_url.clone(),
         sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
         rotate: args.rotate,
+        cluster: args.clickhouse_cluster.clone(),
     };
     let outcome = provisioner.run(&name, args.action).await?;
     provisioner.sync.announce(&name, &outcome).await;

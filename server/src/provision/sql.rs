@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::crd::{ReclaimPolicy, RunAction};
+use crate::crd::{ReclaimPolicy, RunAction, TenantLimits};
 use crate::names::TenantName;
 
 /// SQL-driven access control (`CREATE USER`, `GRANT`, `ALTER USER … HOST`) arrived in ClickHouse 20.4.
@@ -67,6 +67,22 @@ impl Ident {
         }
     }
 
+    /// A ClickHouse cluster's name as its configuration spells it (`remote_servers`): letters, digits,
+    /// '_', '-' and '.', starting with a letter or '_'. Back-quoted wherever it is used.
+    pub fn cluster(name: &str) -> Result<Self, BadIdentifier> {
+        let ok = !name.is_empty()
+            && name.len() <= 128
+            && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if ok {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(BadIdentifier(name.to_owned()))
+        }
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -88,19 +104,40 @@ pub fn quote_str(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// The tenant's database and user, as identifiers.
+/// The tenant's database, user, settings profile and quota, as identifiers, and the cluster every
+/// statement runs `ON CLUSTER` of, if any.
 #[derive(Debug, Clone)]
 pub struct TenantIdents {
     pub database: Ident,
     pub user: Ident,
+    pub profile: Ident,
+    pub quota: Ident,
+    pub cluster: Option<Ident>,
 }
 
 impl TenantIdents {
     pub fn for_tenant(tenant: &TenantName) -> Result<Self, BadIdentifier> {
+        let database = tenant.database();
         Ok(Self {
-            database: Ident::parse(&tenant.database())?,
+            database: Ident::parse(&database)?,
             user: Ident::parse(&tenant.clickhouse_user())?,
+            profile: Ident::parse(&format!("{database}_profile"))?,
+            quota: Ident::parse(&format!("{database}_quota"))?,
+            cluster: None,
         })
+    }
+
+    /// The same names, every statement run on each node of `cluster`.
+    pub fn on_cluster(self, cluster: Option<Ident>) -> Self {
+        Self { cluster, ..self }
+    }
+
+    /// ` ON CLUSTER `name``, or nothing.
+    fn on(&self) -> String {
+        self.cluster
+            .as_ref()
+            .map(|c| format!(" ON CLUSTER {c}"))
+            .unwrap_or_default()
     }
 }
 
@@ -134,22 +171,26 @@ fn identified(password_sha256_hex: &str) -> (String, String) {
 /// Provision: database, user (locked when the tenant is suspended), grants. Each is idempotent.
 pub fn provision(ids: &TenantIdents, password_sha256_hex: &str, locked: bool) -> Vec<Statement> {
     let (auth, auth_redacted) = identified(password_sha256_hex);
+    let on = ids.on();
     let create_user = |auth: &str| {
         format!(
-            "CREATE USER IF NOT EXISTS {} {auth} {} DEFAULT DATABASE {}",
+            "CREATE USER IF NOT EXISTS {}{on} {auth} {} DEFAULT DATABASE {}",
             ids.user,
             host(locked),
             ids.database
         )
     };
     vec![
-        Statement::plain(format!("CREATE DATABASE IF NOT EXISTS {}", ids.database)),
+        Statement::plain(format!(
+            "CREATE DATABASE IF NOT EXISTS {}{on}",
+            ids.database
+        )),
         Statement {
             sql: create_user(&auth),
             redacted: create_user(&auth_redacted),
         },
         Statement::plain(format!(
-            "GRANT {TENANT_PRIVILEGES} ON {}.* TO {}",
+            "GRANT{on} {TENANT_PRIVILEGES} ON {}.* TO {}",
             ids.database, ids.user
         )),
     ]
@@ -157,15 +198,21 @@ pub fn provision(ids: &TenantIdents, password_sha256_hex: &str, locked: bool) ->
 
 /// Suspend (lock) or resume (unlock) the user's logins. Idempotent.
 pub fn set_locked(ids: &TenantIdents, locked: bool) -> Statement {
-    Statement::plain(format!("ALTER USER {} {}", ids.user, host(locked)))
+    Statement::plain(format!(
+        "ALTER USER {}{} {}",
+        ids.user,
+        ids.on(),
+        host(locked)
+    ))
 }
 
 /// A deliberate credential rotation (`--rotate`), never the default.
 pub fn rotate(ids: &TenantIdents, password_sha256_hex: &str) -> Statement {
     let (auth, auth_redacted) = identified(password_sha256_hex);
+    let on = ids.on();
     Statement {
-        sql: format!("ALTER USER {} {auth}", ids.user),
-        redacted: format!("ALTER USER {} {auth_redacted}", ids.user),
+        sql: format!("ALTER USER {}{on} {auth}", ids.user),
+        redacted: format!("ALTER USER {}{on} {auth_redacted}", ids.user),
     }
 }
 
@@ -180,8 +227,9 @@ pub fn rotate_with_overlap(
     let until = quote_str(valid_until);
     let text = |old: &str, new: &str| {
         format!(
-            "ALTER USER {} IDENTIFIED WITH sha256_hash BY {old} VALID UNTIL {until}, sha256_hash BY {new}",
-            ids.user
+            "ALTER USER {}{} IDENTIFIED WITH sha256_hash BY {old} VALID UNTIL {until}, sha256_hash BY {new}",
+            ids.user,
+            ids.on()
         )
     };
     Statement {
@@ -190,13 +238,86 @@ pub fn rotate_with_overlap(
     }
 }
 
-/// Deprovision under `reclaimPolicy: Delete`: the user first (its logins end), then the database.
-/// Each is idempotent.
-pub fn drop_tenant(ids: &TenantIdents) -> Vec<Statement> {
-    vec![
-        Statement::plain(format!("DROP USER IF EXISTS {}", ids.user)),
-        Statement::plain(format!("DROP DATABASE IF EXISTS {}", ids.database)),
+/// The settings of the tenant's profile, each a `READONLY` constraint so the tenant's own session
+/// cannot raise it (`SET max_memory_usage = 0` is refused). `READONLY` is what 20.4 parses; newer
+/// servers read it as `CONST`.
+fn profile_settings(limits: &TenantLimits) -> Vec<String> {
+    [
+        ("max_memory_usage", limits.memory_bytes().map(|b| b as i64)),
+        ("max_execution_time", limits.max_execution_seconds),
+        (
+            "max_concurrent_queries_for_user",
+            limits.max_concurrent_queries,
+        ),
     ]
+    .into_iter()
+    .filter_map(|(setting, value)| value.map(|v| format!("{setting} = {v} READONLY")))
+    .collect()
+}
+
+/// Makes ClickHouse enforce `limits`, whatever it enforced before: the profile and the quota are each
+/// replaced whole (`OR REPLACE`, so a re-run sets the same state) or dropped when nothing is left in them.
+pub fn set_limits(ids: &TenantIdents, limits: &TenantLimits) -> Vec<Statement> {
+    let on = ids.on();
+    let settings = profile_settings(limits);
+    let profile = if settings.is_empty() {
+        format!("DROP SETTINGS PROFILE IF EXISTS {}{on}", ids.profile)
+    } else {
+        format!(
+            "CREATE SETTINGS PROFILE OR REPLACE {}{on} SETTINGS {} TO {}",
+            ids.profile,
+            settings.join(", "),
+            ids.user
+        )
+    };
+    let quota = match limits.queries_per_hour {
+        Some(n) => format!(
+            "CREATE QUOTA OR REPLACE {}{on} FOR INTERVAL 1 hour MAX queries = {n} TO {}",
+            ids.quota, ids.user
+        ),
+        None => format!("DROP QUOTA IF EXISTS {}{on}", ids.quota),
+    };
+    vec![Statement::plain(profile), Statement::plain(quota)]
+}
+
+/// Deprovision under `reclaimPolicy: Delete`: the user first (its logins end), its profile and quota,
+/// then the database. Each is idempotent.
+pub fn drop_tenant(ids: &TenantIdents) -> Vec<Statement> {
+    let mut out = vec![Statement::plain(format!(
+        "DROP USER IF EXISTS {}{}",
+        ids.user,
+        ids.on()
+    ))];
+    out.extend(set_limits(ids, &TenantLimits::default()));
+    out.push(Statement::plain(format!(
+        "DROP DATABASE IF EXISTS {}{}",
+        ids.database,
+        ids.on()
+    )));
+    out
+}
+
+/// With `--clickhouse-cluster`: the cluster must be configured on the server we talk to, and users
+/// must live in a replicated user directory — with only local ones, a user made `ON CLUSTER` exists
+/// on the nodes that were up at that moment and never on a node added later.
+pub fn cluster_checks(cluster: &Ident) -> [Statement; 2] {
+    [
+        Statement::plain(format!(
+            "SELECT count() FROM system.clusters WHERE cluster = {}",
+            quote_str(cluster.as_str())
+        )),
+        Statement::plain(
+            "SELECT count() FROM system.user_directories WHERE type = 'replicated'".to_owned(),
+        ),
+    ]
+}
+
+/// What a run makes ClickHouse enforce, as `plan` needs it.
+#[derive(Debug, Clone, Default)]
+pub struct Desired {
+    pub locked: bool,
+    pub reclaim: ReclaimPolicy,
+    pub limits: TenantLimits,
 }
 
 /// Every statement an action can send, in order, for `--dry-run` and the parser test.
@@ -204,26 +325,34 @@ pub fn plan(
     action: RunAction,
     ids: &TenantIdents,
     password_sha256_hex: &str,
-    locked: bool,
-    reclaim: ReclaimPolicy,
+    desired: &Desired,
 ) -> Vec<Statement> {
     let mut out = vec![select_version()];
-    match (action, reclaim) {
+    if let Some(cluster) = &ids.cluster {
+        out.extend(cluster_checks(cluster));
+    }
+    match (action, desired.reclaim) {
         (RunAction::Deprovision, ReclaimPolicy::Delete) => {
             out.extend(drop_tenant(ids));
             return out;
         }
         _ => out.push(user_exists(&ids.user)),
     }
+    let locked = desired.locked;
     match action {
         RunAction::Provision => {
             out.extend(provision(ids, password_sha256_hex, locked));
             // Sent only when the user already existed.
             out.push(set_locked(ids, locked));
+            // Also sent with no limits when the user already existed (dropping what it had).
+            if !desired.limits.is_empty() {
+                out.extend(set_limits(ids, &desired.limits));
+            }
         }
         // Deprovision under Retain locks the user's logins, if it exists.
         RunAction::Suspend | RunAction::Deprovision => out.push(set_locked(ids, true)),
         RunAction::Resume => out.push(set_locked(ids, false)),
+        RunAction::SetLimits => out.extend(set_limits(ids, &desired.limits)),
         // What a current server is sent (the time an example); an older one gets `rotate`.
         RunAction::Rotate => {
             let mut st = rotate_with_overlap(
@@ -294,8 +423,7 @@ mod tests {
             RunAction::Provision,
             &ids("acme"),
             "deadbeef",
-            false,
-            ReclaimPolicy::Retain,
+            &Desired::default(),
         )
         .iter()
         .chain([&rotate(&ids("acme"), "deadbeef")])
@@ -327,7 +455,11 @@ mod tests {
     #[test]
     fn each_action_plans_its_statements_in_order() {
         let redacted = |action, locked| -> Vec<String> {
-            plan(action, &ids("acme"), "ab", locked, ReclaimPolicy::Retain)
+            let desired = Desired {
+                locked,
+                ..Desired::default()
+            };
+            plan(action, &ids("acme"), "ab", &desired)
                 .iter()
                 .map(ToString::to_string)
                 .collect()
@@ -366,8 +498,10 @@ mod tests {
             RunAction::Deprovision,
             &ids("acme"),
             "ab",
-            false,
-            ReclaimPolicy::Delete,
+            &Desired {
+                reclaim: ReclaimPolicy::Delete,
+                ..Desired::default()
+            },
         )
         .iter()
         .map(ToString::to_string)
@@ -377,9 +511,88 @@ mod tests {
             [
                 "SELECT version()",
                 "DROP USER IF EXISTS `tenant_acme_user`",
+                "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
+                "DROP QUOTA IF EXISTS `tenant_acme_quota`",
                 "DROP DATABASE IF EXISTS `tenant_acme`",
             ]
         );
+    }
+
+    fn limits(
+        memory: Option<&str>,
+        seconds: Option<i64>,
+        concurrent: Option<i64>,
+        per_hour: Option<i64>,
+    ) -> TenantLimits {
+        TenantLimits {
+            max_memory_per_query: memory.map(str::to_owned),
+            max_execution_seconds: seconds,
+            max_concurrent_queries: concurrent,
+            queries_per_hour: per_hour,
+        }
+    }
+
+    #[test]
+    fn limits_become_a_readonly_profile_and_an_hourly_quota() {
+        let all = set_limits(
+            &ids("acme"),
+            &limits(Some("4Gi"), Some(60), Some(5), Some(1000)),
+        );
+        assert_eq!(
+            all[0].sql,
+            "CREATE SETTINGS PROFILE OR REPLACE `tenant_acme_profile` SETTINGS max_memory_usage = 4294967296 READONLY, max_execution_time = 60 READONLY, max_concurrent_queries_for_user = 5 READONLY TO `tenant_acme_user`"
+        );
+        assert_eq!(
+            all[1].sql,
+            "CREATE QUOTA OR REPLACE `tenant_acme_quota` FOR INTERVAL 1 hour MAX queries = 1000 TO `tenant_acme_user`"
+        );
+        let quota_only = set_limits(&ids("acme"), &limits(None, None, None, Some(7)));
+        assert_eq!(
+            quota_only[0].sql,
+            "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`"
+        );
+        assert!(quota_only[1].sql.contains("MAX queries = 7 "));
+        let memory_only = set_limits(&ids("acme"), &limits(Some("512Mi"), None, None, None));
+        assert!(
+            memory_only[0]
+                .sql
+                .contains("SETTINGS max_memory_usage = 536870912 READONLY TO")
+        );
+        assert_eq!(
+            memory_only[1].sql,
+            "DROP QUOTA IF EXISTS `tenant_acme_quota`"
+        );
+    }
+
+    #[test]
+    fn on_cluster_goes_into_every_statement_that_changes_something() {
+        let ids = ids("acme").on_cluster(Some(Ident::cluster("prod-eu.1").unwrap()));
+        let desired = Desired {
+            limits: limits(Some("1Gi"), None, None, Some(5)),
+            ..Desired::default()
+        };
+        for action in RunAction::ALL {
+            for reclaim in ReclaimPolicy::ALL {
+                let desired = Desired {
+                    reclaim,
+                    ..desired.clone()
+                };
+                for st in plan(action, &ids, "ab", &desired) {
+                    assert_eq!(
+                        st.sql.starts_with("SELECT"),
+                        !st.sql.contains(" ON CLUSTER `prod-eu.1`"),
+                        "{st}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            cluster_checks(&Ident::cluster("prod-eu.1").unwrap())[0].sql,
+            "SELECT count() FROM system.clusters WHERE cluster = 'prod-eu.1'"
+        );
+        for bad in ["", "1a", "a b", "a`b", "a'b", &"c".repeat(129)] {
+            assert!(Ident::cluster(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

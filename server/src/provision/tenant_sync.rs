@@ -10,12 +10,19 @@ use kube::{Client, Resource};
 use serde_json::json;
 
 use super::{MANAGER, Outcome, ProvisionError};
-use crate::crd::Tenant;
+use crate::crd::{Tenant, TenantLimits};
 use crate::names::TenantName;
 
 pub const PASSWORD_KEY: &str = "password";
 /// A Rotate run's new password while the run is under way; gone once it is the `password`.
 pub const PENDING_PASSWORD_KEY: &str = "pendingPassword";
+
+/// What a run made ClickHouse enforce, for [`TenantSync::report`]; `None` for what it did not touch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Enforces<'a> {
+    pub locked: Option<bool>,
+    pub limits: Option<&'a TenantLimits>,
+}
 
 pub struct TenantSync {
     client: Client,
@@ -303,7 +310,7 @@ impl TenantSync {
         &self,
         name: &TenantName,
         tenant: &Tenant,
-        locked: bool,
+        enforces: Enforces<'_>,
     ) -> Result<(), ProvisionError> {
         let database = name.database();
         let secret = name.credentials_secret();
@@ -316,16 +323,40 @@ impl TenantSync {
                 .map(|s| s.name.as_str())
                 == Some(secret.as_str())
             && status.tantivy_index_path.as_deref() == Some(index.as_str())
-            && status.access_locked == Some(locked);
+            && enforces
+                .locked
+                .is_none_or(|l| status.access_locked == Some(l))
+            && enforces
+                .limits
+                .is_none_or(|l| status.applied_limits.clone().unwrap_or_default() == *l);
         if unchanged {
             return Ok(());
         }
-        let patch = json!({ "status": {
+        let mut fields = json!({
             "clickHouseDatabaseName": database,
             "clickHouseSecretRef": { "name": secret },
             "tantivyIndexPath": index,
-            "accessLocked": locked,
-        }});
+        });
+        // Only what this run changed: a concurrent lock run's report is never overwritten by a limits
+        // run's stale copy, and the other way round.
+        if let Some(locked) = enforces.locked {
+            fields["accessLocked"] = json!(locked);
+        }
+        if let Some(limits) = enforces.limits {
+            // Merge patch: null removes the field; an object replaces only the keys it names, so each
+            // key is named, null when unset.
+            fields["appliedLimits"] = if limits.is_empty() {
+                serde_json::Value::Null
+            } else {
+                json!({
+                    "maxMemoryPerQuery": limits.max_memory_per_query,
+                    "maxExecutionSeconds": limits.max_execution_seconds,
+                    "maxConcurrentQueries": limits.max_concurrent_queries,
+                    "queriesPerHour": limits.queries_per_hour,
+                })
+            };
+        }
+        let patch = json!({ "status": fields });
         self.tenants()
             .patch_status(
                 name.as_str(),
@@ -355,6 +386,7 @@ impl TenantSync {
             Outcome::Adopted { .. } => "RetainedAdopted",
             Outcome::Retained { .. } => "Retained",
             Outcome::Dropped { .. } => "Dropped",
+            Outcome::LimitsSet { .. } => "LimitsApplied",
         };
         let recorder = Recorder::new(
             self.client.clone(),

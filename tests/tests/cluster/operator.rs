@@ -15,7 +15,7 @@ use sentry_tenants::crd::{
     ProvisioningPolicy, RunAction, RunJob, RunJobStatus, RunPhase, Tenant, TenantSpec,
 };
 use sentry_tenants::names::TenantName;
-use sentry_tenants::provision::TenantSync;
+use sentry_tenants::provision::{Enforces, TenantSync};
 use sentry_tenants_tests::control_plane::wait_until;
 
 use crate::{Operator, operator_context, setup};
@@ -115,7 +115,11 @@ async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own()
     let name = TenantName::parse("acme").unwrap();
 
     let created = create_tenant(&tenants, "acme").await;
-    sync.report(&name, &created, false).await.unwrap();
+    let locked = |locked| Enforces {
+        locked: Some(locked),
+        limits: None,
+    };
+    sync.report(&name, &created, locked(false)).await.unwrap();
     let unlocked = tenants.get("acme").await.unwrap();
     record_in_history(
         &unlocked,
@@ -128,7 +132,7 @@ async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own()
     assert_eq!(stale.history().len(), 1);
 
     // Since that copy was read: a Suspend run locked the logins and was recorded.
-    sync.report(&name, &stale, true).await.unwrap();
+    sync.report(&name, &stale, locked(true)).await.unwrap();
     let fresh = tenants.get("acme").await.unwrap();
     record_in_history(
         &fresh,

@@ -115,6 +115,7 @@ async fn the_provisioner_refuses_a_server_without_sql_users_before_writing_anyth
         clickhouse_url: server.url(),
         sync: TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy"),
         rotate: false,
+        cluster: None,
     };
     let err = p
         .run(&TenantName::parse("acme").unwrap(), RunAction::Provision)

@@ -5,11 +5,12 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use sentry_tenants::crd::{ReclaimPolicy, RunAction};
+use sentry_tenants::crd::{ReclaimPolicy, RunAction, TenantLimits};
+use sentry_tenants::limits::{MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR};
 use sentry_tenants::names::{MAX_TENANT_NAME, TenantName};
 use sentry_tenants::provision::sha256_hex;
 use sentry_tenants::provision::sql::{
-    TENANT_PRIVILEGES, TenantIdents, plan, quote_ident, quote_str, rotate,
+    Desired, Ident, TENANT_PRIVILEGES, TenantIdents, plan, quote_ident, quote_str, rotate,
 };
 use sentry_tenants_tests::readme_block;
 use serde_json::Value;
@@ -75,16 +76,65 @@ fn tenant_names() -> Vec<String> {
     names
 }
 
+/// None, each one alone at its bounds, and all together.
+fn every_kind_of_limits() -> Vec<TenantLimits> {
+    let none = TenantLimits::default();
+    let mut out = vec![none.clone()];
+    for memory in ["1Mi", "9999Gi"] {
+        out.push(TenantLimits {
+            max_memory_per_query: Some(memory.into()),
+            ..none.clone()
+        });
+    }
+    for n in [1, MAX_EXECUTION_SECONDS] {
+        out.push(TenantLimits {
+            max_execution_seconds: Some(n),
+            ..none.clone()
+        });
+    }
+    for n in [1, MAX_CONCURRENT_QUERIES] {
+        out.push(TenantLimits {
+            max_concurrent_queries: Some(n),
+            ..none.clone()
+        });
+    }
+    for n in [1, MAX_QUERIES_PER_HOUR] {
+        out.push(TenantLimits {
+            queries_per_hour: Some(n),
+            ..none.clone()
+        });
+    }
+    out.push(TenantLimits {
+        max_memory_per_query: Some("4Gi".into()),
+        max_execution_seconds: Some(60),
+        max_concurrent_queries: Some(5),
+        queries_per_hour: Some(1000),
+    });
+    out
+}
+
 fn every_generated_statement() -> Vec<String> {
     let hash = sha256_hex("correct horse battery staple");
     let mut out = Vec::new();
     for name in tenant_names() {
         let ids = TenantIdents::for_tenant(&TenantName::parse(&name).unwrap()).unwrap();
-        for action in RunAction::ALL {
+        let clusters = [None, Some(Ident::cluster("prod-eu.1").unwrap())];
+        for (ids, action) in clusters
+            .into_iter()
+            .map(|c| ids.clone().on_cluster(c))
+            .flat_map(|ids| RunAction::ALL.map(|a| (ids.clone(), a)))
+        {
             for locked in [false, true] {
                 for reclaim in ReclaimPolicy::ALL {
-                    let statements = plan(action, &ids, &hash, locked, reclaim);
-                    out.extend(statements.into_iter().map(|s| s.sql));
+                    for limits in every_kind_of_limits() {
+                        let desired = Desired {
+                            locked,
+                            reclaim,
+                            limits,
+                        };
+                        let statements = plan(action, &ids, &hash, &desired);
+                        out.extend(statements.into_iter().map(|s| s.sql));
+                    }
                 }
             }
         }

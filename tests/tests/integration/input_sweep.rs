@@ -6,7 +6,7 @@ use axum::body::Body;
 use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use kube::api::ListParams;
-use sentry_tenants::crd::RunJob;
+use sentry_tenants::crd::{RunJob, Tenant};
 use sentry_tenants::names::{MAX_DISPLAY_NAME, MAX_TENANT_NAME};
 use sentry_tenants_tests::dashboard::dashboard_router;
 use sentry_tenants_tests::{Cluster, block_on, schema_errors};
@@ -276,12 +276,12 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
         (
             "unknown action",
             run("acme-x-1", with("action", json!("Explode"))),
-            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 3 other candidates",
+            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 4 other candidates",
         ),
         (
             "lowercase action",
             run("acme-x-1", with("action", json!("provision"))),
-            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 3 other candidates",
+            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 4 other candidates",
         ),
         (
             "no tenant",
@@ -326,5 +326,61 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
         table.len(),
         wrong.len()
     ));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Tenant `spec.limits` the apiserver must refuse: each bound of the schema, with its message.
+#[test]
+fn every_out_of_bounds_limit_is_refused_by_the_schema_with_its_message() {
+    let tenant = |limits: Value| json!({"apiVersion": "sentry.io/v1alpha1", "kind": "Tenant", "metadata": {"name": "acme"}, "spec": {"limits": limits}});
+    let table: Vec<(&str, Value, &str)> = vec![
+        (
+            "memory in GB",
+            json!({"maxMemoryPerQuery": "4GB"}),
+            "/spec/limits/maxMemoryPerQuery: \"4GB\" does not match \"^[1-9][0-9]{0,3}(Mi|Gi)$\"",
+        ),
+        (
+            "memory zero",
+            json!({"maxMemoryPerQuery": "0Gi"}),
+            "/spec/limits/maxMemoryPerQuery: \"0Gi\" does not match \"^[1-9][0-9]{0,3}(Mi|Gi)$\"",
+        ),
+        (
+            "memory as a number",
+            json!({"maxMemoryPerQuery": 4096}),
+            "/spec/limits/maxMemoryPerQuery: 4096 is not of type \"string\"",
+        ),
+        (
+            "no execution time",
+            json!({"maxExecutionSeconds": 0}),
+            "/spec/limits/maxExecutionSeconds: 0 is less than the minimum of 1.0",
+        ),
+        (
+            "execution over a day",
+            json!({"maxExecutionSeconds": 86_401}),
+            "/spec/limits/maxExecutionSeconds: 86401 is greater than the maximum of 86400.0",
+        ),
+        (
+            "too many concurrent",
+            json!({"maxConcurrentQueries": 1001}),
+            "/spec/limits/maxConcurrentQueries: 1001 is greater than the maximum of 1000.0",
+        ),
+        (
+            "negative per hour",
+            json!({"queriesPerHour": -5}),
+            "/spec/limits/queriesPerHour: -5 is less than the minimum of 1.0",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, limits, want) in &table {
+        let errors = schema_errors::<Tenant>(&tenant(limits.clone()), None);
+        if errors != [want.to_string()] {
+            wrong.push(format!("{what}: {errors:?}, want [{want:?}]"));
+        }
+    }
+    let fine = json!({"maxMemoryPerQuery": "9999Gi", "maxExecutionSeconds": 86_400, "maxConcurrentQueries": 1, "queriesPerHour": 100_000_000});
+    assert_eq!(
+        schema_errors::<Tenant>(&tenant(fine), None),
+        Vec::<String>::new()
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

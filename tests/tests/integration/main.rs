@@ -14,6 +14,7 @@ mod input_sweep;
 mod install_bundle;
 mod installer;
 mod leader_election;
+mod limits;
 mod operator_process;
 mod provisioner;
 mod reclaim;

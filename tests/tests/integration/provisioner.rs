@@ -532,6 +532,7 @@ async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisi
         clickhouse_url: var("SENTRY_TENANTS_CLICKHOUSE_URL"),
         sync,
         rotate: false,
+        cluster: None,
     };
     p.run(&tenant, action).await.unwrap();
     c.job_succeeded("acme-provision-1").await;
@@ -595,6 +596,9 @@ async fn a_hundred_reruns_of_every_action_but_rotate_leave_the_password_byte_ide
             c.set_suspended("acme", suspended).await;
             p.run(&acme(), action).await.unwrap();
         }
+        c.patch_spec("acme", json!({"limits": {"queriesPerHour": 100 + i}}))
+            .await;
+        p.run(&acme(), RunAction::SetLimits).await.unwrap();
         p.run(&acme(), RunAction::Provision).await.unwrap();
         assert_eq!(password(&c).await.unwrap(), first, "round {i}");
     }

@@ -91,7 +91,7 @@ async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cl
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
     let mut failed = Vec::new();
-    for attempt in 0..sentry_tenants::controller::tenant::MAX_LOCK_ATTEMPTS {
+    for attempt in 0..sentry_tenants::controller::tenant::MAX_SYNC_ATTEMPTS {
         c.settle().await;
         let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
         let in_flight: Vec<_> = runs
@@ -115,7 +115,7 @@ async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cl
     }
     assert_eq!(
         c.log.creates_of("runjobs") as u64,
-        sentry_tenants::controller::tenant::MAX_LOCK_ATTEMPTS,
+        sentry_tenants::controller::tenant::MAX_SYNC_ATTEMPTS,
         "no attempt beyond the limit: {failed:?}"
     );
     assert_eq!(c.tenant("acme").await.history()[0].phase, RunPhase::Failed);
@@ -130,7 +130,7 @@ async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cl
     c.settle().await;
     assert_eq!(
         c.log.creates_of("runjobs") as u64,
-        sentry_tenants::controller::tenant::MAX_LOCK_ATTEMPTS + 1
+        sentry_tenants::controller::tenant::MAX_SYNC_ATTEMPTS + 1
     );
 }
 
