@@ -47,6 +47,12 @@ pub struct OperatorConfig {
         default_value = "/var/lib/sentry/tantivy"
     )]
     pub tantivy_root: String,
+    /// Run every provisioning statement `ON CLUSTER` this ClickHouse cluster.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER")]
+    pub clickhouse_cluster: Option<String>,
+    /// ConfigMap (key `ca.crt`) mounted into provisioning Jobs to verify an `https://` ClickHouse URL.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CA_CONFIGMAP")]
+    pub clickhouse_ca_configmap: Option<String>,
 }
 
 impl OperatorConfig {
@@ -58,6 +64,8 @@ impl OperatorConfig {
         ValueError::check_service_account(&self.provisioner_service_account)?;
         ValueError::check_clickhouse_url(&self.clickhouse_url)?;
         ValueError::check_secret(&self.clickhouse_admin_secret)?;
+        ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
+        ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
         if !is_absolute_path(&self.tantivy_root) {
             return Err(ValueError::TantivyRoot(self.tantivy_root.clone()));
         }
@@ -73,6 +81,8 @@ impl OperatorConfig {
             clickhouse_url: "http://clickhouse:8123".to_owned(),
             clickhouse_admin_secret: "clickhouse-admin".to_owned(),
             tantivy_root: "/var/lib/sentry/tantivy".to_owned(),
+            clickhouse_cluster: None,
+            clickhouse_ca_configmap: None,
         }
     }
 }

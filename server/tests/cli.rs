@@ -585,6 +585,21 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
             "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision, Rotate, SetLimits",
         ),
         (
+            &["install", "--dry-run", "--clickhouse-cluster", "a b"],
+            1,
+            "error: --clickhouse-cluster \"a b\" is not a ClickHouse cluster name (letters, digits, '_', '-', '.', starting with a letter or '_')",
+        ),
+        (
+            &[
+                "install",
+                "--dry-run",
+                "--clickhouse-ca-configmap",
+                "Corp CA",
+            ],
+            1,
+            "error: --clickhouse-ca-configmap \"Corp CA\" is not a valid ConfigMap name (lowercase letters, digits, '-' and '.', at most 253 characters)",
+        ),
+        (
             &["provision-tenant", "acme", "--clickhouse-cluster", "a b"],
             2,
             "error: invalid value 'a b' for '--clickhouse-cluster <CLICKHOUSE_CLUSTER>': \"a b\" is not a ClickHouse cluster name (letters, digits, '_', '-', '.', starting with a letter or '_')",

@@ -32,6 +32,7 @@ pub mod cluster_tier;
 pub mod control_plane;
 pub mod fleet;
 pub mod kubelet;
+pub mod tls;
 
 pub const NS: &str = "sentry-tenants";
 
@@ -59,6 +60,8 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         replicas: 1,
         clickhouse_url: "http://clickhouse:8123".into(),
         clickhouse_admin_secret: "clickhouse-admin".into(),
+        clickhouse_cluster: None,
+        clickhouse_ca_configmap: None,
         read_only_dashboard: false,
         aggregate_to_view_edit: false,
         version: env!("CARGO_PKG_VERSION").into(),

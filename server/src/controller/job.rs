@@ -3,9 +3,9 @@
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;
@@ -29,7 +29,15 @@ pub mod env {
     pub const CLICKHOUSE_USER: &str = "SENTRY_TENANTS_CLICKHOUSE_USER";
     pub const CLICKHOUSE_PASSWORD: &str = "SENTRY_TENANTS_CLICKHOUSE_PASSWORD";
     pub const TANTIVY_ROOT: &str = "SENTRY_TENANTS_TANTIVY_ROOT";
+    pub const CLICKHOUSE_CLUSTER: &str = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER";
+    pub const CLICKHOUSE_CA_FILE: &str = "SENTRY_TENANTS_CLICKHOUSE_CA_FILE";
 }
+
+const CA_VOLUME: &str = "clickhouse-ca";
+const CA_DIR: &str = "/etc/sentry-tenants/clickhouse-ca";
+/// The key of the CA ConfigMap, as cert-manager's trust-manager and `kubectl create configmap
+/// --from-file=ca.crt` name it.
+pub const CA_KEY: &str = "ca.crt";
 
 /// Builds the Job for `run`. Its name is the RunJob's, so get-or-create can find it again.
 pub fn build_job(run: &RunJob, config: &OperatorConfig) -> Job {
@@ -85,7 +93,10 @@ fn pod_spec(run: &RunJob, config: &OperatorConfig) -> PodSpec {
             args: Some(vec!["provision-tenant".into()]),
             env: Some(job_env(run, config)),
             security_context: Some(restricted_container_security_context()),
-            volume_mounts: Some(dedup_volume_mounts(default_volume_mounts(), Vec::new())),
+            volume_mounts: Some(dedup_volume_mounts(
+                default_volume_mounts(),
+                ca_volume_mounts(config),
+            )),
             resources: Some(ResourceRequirements {
                 requests: Some(
                     [
@@ -101,14 +112,33 @@ fn pod_spec(run: &RunJob, config: &OperatorConfig) -> PodSpec {
             termination_message_policy: Some("FallbackToLogsOnError".into()),
             ..Container::default()
         }],
-        volumes: Some(vec![Volume {
-            name: TMP_VOLUME.into(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: Some(Quantity("16Mi".into())),
-                ..EmptyDirVolumeSource::default()
-            }),
-            ..Volume::default()
-        }]),
+        volumes: Some(
+            [Volume {
+                name: TMP_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: Some(Quantity("16Mi".into())),
+                    ..EmptyDirVolumeSource::default()
+                }),
+                ..Volume::default()
+            }]
+            .into_iter()
+            .chain(config.clickhouse_ca_configmap.as_ref().map(|name| Volume {
+                name: CA_VOLUME.into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: name.clone(),
+                    items: Some(vec![KeyToPath {
+                        key: CA_KEY.into(),
+                        path: CA_KEY.into(),
+                        ..KeyToPath::default()
+                    }]),
+                    // A missing ConfigMap keeps the pod from starting, with the reason in its events.
+                    optional: Some(false),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            }))
+            .collect(),
+        ),
         ..PodSpec::default()
     }
 }
@@ -164,6 +194,33 @@ fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
         secret(env::CLICKHOUSE_USER, "username"),
         secret(env::CLICKHOUSE_PASSWORD, "password"),
     ]
+    .into_iter()
+    .chain(
+        config
+            .clickhouse_cluster
+            .as_deref()
+            .map(|c| plain(env::CLICKHOUSE_CLUSTER, c)),
+    )
+    .chain(
+        config
+            .clickhouse_ca_configmap
+            .as_ref()
+            .map(|_| plain(env::CLICKHOUSE_CA_FILE, &format!("{CA_DIR}/{CA_KEY}"))),
+    )
+    .collect()
+}
+
+fn ca_volume_mounts(config: &OperatorConfig) -> Vec<VolumeMount> {
+    config
+        .clickhouse_ca_configmap
+        .iter()
+        .map(|_| VolumeMount {
+            name: CA_VOLUME.into(),
+            mount_path: CA_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        })
+        .collect()
 }
 
 fn default_volume_mounts() -> Vec<VolumeMount> {
@@ -203,6 +260,76 @@ mod tests {
             mount_path: path.into(),
             ..VolumeMount::default()
         }
+    }
+
+    #[test]
+    fn a_ca_configmap_is_mounted_read_only_and_named_to_the_provisioner() {
+        let run = RunJob::new(
+            "acme-provision-10",
+            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
+        );
+        let plain = build_job(&run, &OperatorConfig::for_namespace("ns"));
+        let pod = plain.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.volumes.unwrap().len(), 1, "only /tmp without a CA");
+        let env_names: Vec<String> = pod.containers[0]
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert!(
+            !env_names
+                .iter()
+                .any(|n| n.contains("CA_FILE") || n.contains("CLUSTER"))
+        );
+
+        let config = OperatorConfig {
+            clickhouse_ca_configmap: Some("corp-ca".into()),
+            clickhouse_cluster: Some("prod".into()),
+            ..OperatorConfig::for_namespace("ns")
+        };
+        let pod = build_job(&run, &config)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == CA_VOLUME)
+            .unwrap();
+        let source = volume.config_map.unwrap();
+        assert_eq!(source.name, "corp-ca");
+        assert_eq!(source.items.unwrap()[0].key, "ca.crt");
+        let container = &pod.containers[0];
+        let mount = container
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == CA_VOLUME)
+            .unwrap();
+        assert_eq!(
+            (mount.mount_path.as_str(), mount.read_only),
+            ("/etc/sentry-tenants/clickhouse-ca", Some(true))
+        );
+        let env = |name: &str| {
+            container
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(
+            env(env::CLICKHOUSE_CA_FILE).as_deref(),
+            Some("/etc/sentry-tenants/clickhouse-ca/ca.crt")
+        );
+        assert_eq!(env(env::CLICKHOUSE_CLUSTER).as_deref(), Some("prod"));
     }
 
     #[test]

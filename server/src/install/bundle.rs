@@ -21,6 +21,10 @@ pub struct Values {
     pub replicas: u8,
     pub clickhouse_url: String,
     pub clickhouse_admin_secret: String,
+    /// Every provisioning statement `ON CLUSTER` this cluster.
+    pub clickhouse_cluster: Option<String>,
+    /// ConfigMap (key `ca.crt`) with the CA bundle that verifies an `https://` ClickHouse URL.
+    pub clickhouse_ca_configmap: Option<String>,
     pub read_only_dashboard: bool,
     /// Add ClusterRoles that aggregate tenants and runjobs into the built-in view/edit/admin roles.
     pub aggregate_to_view_edit: bool,
@@ -55,6 +59,14 @@ pub enum ValueError {
     ServiceAccount(String),
     #[error("--tantivy-root {0:?} must be an absolute path without spaces or quotes")]
     TantivyRoot(String),
+    #[error(
+        "--clickhouse-cluster {0:?} is not a ClickHouse cluster name (letters, digits, '_', '-', '.', starting with a letter or '_')"
+    )]
+    Cluster(String),
+    #[error(
+        "--clickhouse-ca-configmap {0:?} is not a valid ConfigMap name (lowercase letters, digits, '-' and '.', at most 253 characters)"
+    )]
+    CaConfigMap(String),
 }
 
 /// One check per flag, shared by `install`, `run` and `provision-tenant` (same flag, same rule, same words).
@@ -77,6 +89,17 @@ impl ValueError {
     }
     pub fn check_service_account(s: &str) -> Result<(), Self> {
         Self::check(is_dns_subdomain(s), || Self::ServiceAccount(s.to_owned()))
+    }
+    pub fn check_cluster(s: Option<&str>) -> Result<(), Self> {
+        s.map_or(Ok(()), |s| {
+            let valid = crate::provision::sql::Ident::cluster(s).is_ok();
+            Self::check(valid, || Self::Cluster(s.to_owned()))
+        })
+    }
+    pub fn check_ca_configmap(s: Option<&str>) -> Result<(), Self> {
+        s.map_or(Ok(()), |s| {
+            Self::check(is_dns_subdomain(s), || Self::CaConfigMap(s.to_owned()))
+        })
     }
 }
 
@@ -140,6 +163,8 @@ impl Values {
         }
         ValueError::check_clickhouse_url(&self.clickhouse_url)?;
         ValueError::check_secret(&self.clickhouse_admin_secret)?;
+        ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
+        ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
         debug_assert!(DNS_LABEL_PATTERN.starts_with('^'));
         Ok(self)
     }
@@ -190,6 +215,8 @@ struct SettingsTemplate<'a> {
     image: &'a str,
     clickhouse_url: &'a str,
     clickhouse_admin_secret: &'a str,
+    clickhouse_cluster: &'a Option<String>,
+    clickhouse_ca_configmap: &'a Option<String>,
     read_only_dashboard: bool,
     version: &'a str,
 }
@@ -202,6 +229,8 @@ impl Values {
             image: &self.image,
             clickhouse_url: &self.clickhouse_url,
             clickhouse_admin_secret: &self.clickhouse_admin_secret,
+            clickhouse_cluster: &self.clickhouse_cluster,
+            clickhouse_ca_configmap: &self.clickhouse_ca_configmap,
             read_only_dashboard: self.read_only_dashboard,
             version: &self.version,
         };
@@ -356,6 +385,8 @@ pub(crate) mod tests {
             replicas: 1,
             clickhouse_url: "http://clickhouse.db:8123".into(),
             clickhouse_admin_secret: "clickhouse-admin".into(),
+            clickhouse_cluster: None,
+            clickhouse_ca_configmap: None,
             read_only_dashboard: false,
             aggregate_to_view_edit: false,
             version: env!("CARGO_PKG_VERSION").into(),
@@ -457,6 +488,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn cluster_and_ca_settings_reach_the_operators_configmap_only_when_given() {
+        let data = |v: &Values| -> serde_json::Value {
+            let objects = v.objects().unwrap();
+            let cm = objects
+                .iter()
+                .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
+                .unwrap();
+            cm.data["data"].clone()
+        };
+        let plain = data(&values());
+        assert!(plain.get("SENTRY_TENANTS_CLICKHOUSE_CLUSTER").is_none());
+        assert!(
+            plain
+                .get("SENTRY_TENANTS_CLICKHOUSE_CA_CONFIGMAP")
+                .is_none()
+        );
+        let both = Values {
+            clickhouse_cluster: Some("prod-eu.1".into()),
+            clickhouse_ca_configmap: Some("corp-ca".into()),
+            ..values()
+        }
+        .validate()
+        .unwrap();
+        let with = data(&both);
+        assert_eq!(with["SENTRY_TENANTS_CLICKHOUSE_CLUSTER"], "prod-eu.1");
+        assert_eq!(with["SENTRY_TENANTS_CLICKHOUSE_CA_CONFIGMAP"], "corp-ca");
+        assert_ne!(
+            both.settings_checksum(),
+            values().settings_checksum(),
+            "pods roll"
+        );
+    }
+
+    #[test]
     fn values_are_validated_before_rendering() {
         let bad = [
             Values {
@@ -493,6 +558,14 @@ pub(crate) mod tests {
             },
             Values {
                 clickhouse_admin_secret: "UPPER".into(),
+                ..values()
+            },
+            Values {
+                clickhouse_cluster: Some("prod\n  evil: true".into()),
+                ..values()
+            },
+            Values {
+                clickhouse_ca_configmap: Some("Corp CA".into()),
                 ..values()
             },
         ];

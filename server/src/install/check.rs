@@ -142,6 +142,33 @@ pub async fn admin_secret_line(client: &Client, namespace: &str, name: &str) -> 
     }
 }
 
+/// The CA ConfigMap of `--clickhouse-ca-configmap`: present, with a `ca.crt` holding at least one
+/// PEM certificate (what the provisioner will trust).
+pub async fn ca_configmap_line(client: &Client, namespace: &str, name: &str) -> CheckLine {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let key = crate::controller::job::CA_KEY;
+    let what = format!("ClickHouse CA ConfigMap {namespace}/{name}");
+    let create = format!(
+        "create it: kubectl -n {namespace} create configmap {name} --from-file={key}=<your CA bundle>.pem"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    match maps.get_opt(name).await {
+        Ok(Some(map)) => {
+            let pem = map.data.as_ref().and_then(|d| d.get(key));
+            match pem.map(|p| crate::provision::clickhouse::pem_certificates(p.as_bytes())) {
+                Some(Ok(n)) => CheckLine::pass(format!("{what} has {n} certificate(s) in {key}")),
+                Some(Err(e)) => CheckLine::fail(format!("{what}: {key} is unusable: {e}"), create),
+                None => CheckLine::fail(format!("{what} has no key {key}"), create),
+            }
+        }
+        Ok(None) => CheckLine::fail(format!("{what} does not exist"), create),
+        Err(e) => CheckLine::fail(
+            crate::cluster::describe(&format!("get ConfigMap {namespace}/{name}"), &e),
+            UNREACHABLE_HINT,
+        ),
+    }
+}
+
 /// The admin keys `secret` lacks or holds empty, in [`ADMIN_SECRET_KEYS`] order.
 pub fn missing_admin_keys(secret: &Secret) -> Vec<&'static str> {
     let has = |key: &str| {

@@ -34,6 +34,14 @@ pub struct InstallArgs {
     /// Jobs read it.
     #[arg(long, default_value = "clickhouse-admin")]
     pub clickhouse_admin_secret: String,
+    /// Run every provisioning statement `ON CLUSTER` this ClickHouse cluster. Provision then refuses a
+    /// cluster whose users are not kept in a replicated user directory.
+    #[arg(long)]
+    pub clickhouse_cluster: Option<String>,
+    /// ConfigMap in the namespace with the CA bundle (key `ca.crt`, PEM) that verifies an `https://`
+    /// --clickhouse-url, instead of the system's roots; mounted into every provisioning Job.
+    #[arg(long)]
+    pub clickhouse_ca_configmap: Option<String>,
     /// Read the ClickHouse admin password from standard input (one line) and create or update the
     /// admin Secret with it and --clickhouse-admin-user; without it, the Secret must already exist.
     #[arg(long)]
@@ -79,6 +87,8 @@ impl InstallArgs {
             replicas: self.replicas,
             clickhouse_url: self.clickhouse_url.clone(),
             clickhouse_admin_secret: self.clickhouse_admin_secret.clone(),
+            clickhouse_cluster: self.clickhouse_cluster.clone(),
+            clickhouse_ca_configmap: self.clickhouse_ca_configmap.clone(),
             read_only_dashboard: self.read_only_dashboard,
             aggregate_to_view_edit: self.aggregate_to_view_edit,
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -118,6 +128,12 @@ pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
         let line =
             check::admin_secret_line(&client, &values.namespace, &values.clickhouse_admin_secret)
                 .await;
+        if let Some(hint) = &line.hint {
+            anyhow::bail!("{}: {hint}", line.what);
+        }
+    }
+    if let Some(ca) = &values.clickhouse_ca_configmap {
+        let line = check::ca_configmap_line(&client, &values.namespace, ca).await;
         if let Some(hint) = &line.hint {
             anyhow::bail!("{}: {hint}", line.what);
         }

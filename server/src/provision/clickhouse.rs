@@ -66,6 +66,24 @@ pub enum Auth {
     Query,
 }
 
+/// The certificates of a PEM bundle; an error for a bundle with none or with a malformed one.
+fn certificates(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("no CERTIFICATE block in it".to_owned());
+    }
+    Ok(certs)
+}
+
+/// How many certificates a PEM bundle holds, or why it is unusable (for the installer's check).
+pub fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
+    certificates(pem).map(|c| c.len())
+}
+
 /// The largest answer any statement of ours can get (a version string, a count, nothing): a larger
 /// one is not ClickHouse answering us, and is not read.
 pub const MAX_ANSWER: usize = 1 << 20;
@@ -80,6 +98,7 @@ pub struct HttpClickHouse {
 }
 
 impl HttpClickHouse {
+    /// `https://` URLs verified against the system's roots.
     pub fn new(url: &str, user: &str, password: &str, auth: Auth) -> Result<Self, ChError> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             // Explicit provider: with more than one rustls backend in a build, the default is ambiguous.
@@ -88,15 +107,54 @@ impl HttpClickHouse {
             .https_or_http()
             .enable_http1()
             .build();
+        Ok(Self::with_connector(https, url, user, password, auth))
+    }
+
+    /// `https://` URLs verified against the CA certificates in `ca_pem` only (as `curl --cacert`):
+    /// a private CA, without trusting it for anything else on the machine.
+    pub fn with_ca_bundle(
+        url: &str,
+        user: &str,
+        password: &str,
+        auth: Auth,
+        ca_pem: &[u8],
+    ) -> Result<Self, ChError> {
+        let bad = |e: String| ChError::Unreachable(format!("the CA bundle is unusable: {e}"));
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certificates(ca_pem).map_err(bad)? {
+            roots.add(cert).map_err(|e| bad(e.to_string()))?;
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self::with_connector(https, url, user, password, auth))
+    }
+
+    fn with_connector(
+        https: hyper_rustls::HttpsConnector<HttpConnector>,
+        url: &str,
+        user: &str,
+        password: &str,
+        auth: Auth,
+    ) -> Self {
         let client = Client::builder(TokioExecutor::new()).build(https);
-        Ok(Self {
+        Self {
             client,
             url: url.trim_end_matches('/').to_owned(),
             user: user.to_owned(),
             password: password.to_owned(),
             auth,
             timeout: Duration::from_secs(30),
-        })
+        }
     }
 
     pub fn url(&self) -> &str {

@@ -40,6 +40,8 @@ pub enum ProvisionError {
         "tenant {name:?} has maxMemoryPerQuery {value:?}, which is not 1 to 9999 followed by Mi or Gi: fix spec.limits (the CRD's schema refuses it; this object was written around it)"
     )]
     BadLimit { name: String, value: String },
+    #[error("cannot read the ClickHouse CA bundle {path}: {detail}")]
+    CaFile { path: String, detail: String },
     #[error("ClickHouse refused a statement: {message}")]
     ClickHouse { message: String },
     #[error("tenant {name:?} does not exist in namespace {namespace:?}")]

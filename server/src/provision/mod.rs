@@ -75,6 +75,9 @@ pub struct ProvisionArgs {
     /// directory: checked before anything is written).
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER", value_parser = parse_cluster)]
     pub clickhouse_cluster: Option<Ident>,
+    /// PEM CA bundle that verifies an `https://` --clickhouse-url instead of the system's roots.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CA_FILE")]
+    pub clickhouse_ca_file: Option<std::path::PathBuf>,
     /// Root under which the tenant's Tantivy index path is derived (`<root>/<tenant>`).
     #[arg(
         long,
@@ -699,12 +702,27 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
             action: "connect".into(),
             detail: e.to_string(),
         })?;
-    let clickhouse = HttpClickHouse::new(
-        &args.clickhouse_url,
-        &args.clickhouse_user,
-        &args.clickhouse_password,
-        args.clickhouse_auth,
-    )
+    let clickhouse = match &args.clickhouse_ca_file {
+        None => HttpClickHouse::new(
+            &args.clickhouse_url,
+            &args.clickhouse_user,
+            &args.clickhouse_password,
+            args.clickhouse_auth,
+        ),
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| ProvisionError::CaFile {
+                path: path.display().to_string(),
+                detail: e.to_string(),
+            })?;
+            HttpClickHouse::with_ca_bundle(
+                &args.clickhouse_url,
+                &args.clickhouse_user,
+                &args.clickhouse_password,
+                args.clickhouse_auth,
+                &pem,
+            )
+        }
+    }
     .map_err(|e| ProvisionError::from_clickhouse(&args.clickhouse_url, e))?;
     let provisioner = Provisioner {
         clickhouse,

@@ -71,62 +71,6 @@ async fn container_logs(
     Ok(out)
 }
 
-/// Accepts TCP connections and completes TLS handshakes off the accept loop (each bounded in time), so
-/// one client that never finishes its handshake cannot stall every other request.
-struct TlsListener {
-    ready: tokio::sync::mpsc::Receiver<(
-        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-        std::net::SocketAddr,
-    )>,
-    addr: std::net::SocketAddr,
-}
-
-impl TlsListener {
-    fn new(tcp: tokio::net::TcpListener, tls: tokio_rustls::TlsAcceptor) -> std::io::Result<Self> {
-        let addr = tcp.local_addr()?;
-        let (tx, ready) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, peer)) = tcp.accept().await else {
-                    continue;
-                };
-                let (tls, tx) = (tls.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let handshake = tokio::time::timeout(
-                        std::time::Duration::from_secs(10),
-                        tls.accept(stream),
-                    );
-                    match handshake.await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send((stream, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self { ready, addr })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accept task lives as long as the process; nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.addr)
-    }
-}
-
 pub fn serve(
     k: Arc<Kubelet>,
     tcp: tokio::net::TcpListener,
@@ -145,7 +89,8 @@ pub fn serve(
     let config = rustls::ServerConfig::builder()
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)?;
-    let listener = TlsListener::new(tcp, tokio_rustls::TlsAcceptor::from(Arc::new(config)))?;
+    let listener =
+        crate::tls::TlsListener::new(tcp, tokio_rustls::TlsAcceptor::from(Arc::new(config)))?;
     let app = axum::Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route("/healthz", get(|| async { "ok" }))

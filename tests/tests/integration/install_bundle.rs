@@ -18,6 +18,8 @@ fn values(read_only: bool) -> Values {
         replicas: 2,
         clickhouse_url: "http://clickhouse:8123".into(),
         clickhouse_admin_secret: "clickhouse-admin".into(),
+        clickhouse_cluster: None,
+        clickhouse_ca_configmap: None,
         read_only_dashboard: read_only,
         aggregate_to_view_edit: false,
         version: "0.1.0".into(),

@@ -5,6 +5,7 @@
 mod auto_provision;
 mod clickhouse_live;
 mod clickhouse_parser;
+mod clickhouse_tls;
 mod crd_schema;
 mod dashboard_http;
 mod e2e_clickhouse;

@@ -1,0 +1,141 @@
+//! A TLS listener for the test servers (the stand-in kubelet's log endpoint, the HTTPS ClickHouse
+//! endpoint of the CA-bundle test) and the certificates they present, made with openssl.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Accepts TCP connections and completes TLS handshakes off the accept loop (each bounded in time), so
+/// one client that never finishes its handshake cannot stall every other request.
+pub struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        std::net::SocketAddr,
+    )>,
+    addr: std::net::SocketAddr,
+}
+
+impl TlsListener {
+    pub fn new(
+        tcp: tokio::net::TcpListener,
+        tls: tokio_rustls::TlsAcceptor,
+    ) -> std::io::Result<Self> {
+        let addr = tcp.local_addr()?;
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, peer)) = tcp.accept().await else {
+                    continue;
+                };
+                let (tls, tx) = (tls.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let handshake = tokio::time::timeout(
+                        std::time::Duration::from_secs(10),
+                        tls.accept(stream),
+                    );
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send((stream, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(Self { ready, addr })
+    }
+
+    pub fn local_addr_port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accept task lives as long as the process; nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
+}
+
+/// Makes, in `dir`, a CA (`<ca>.crt`, `<ca>.key`) and, when `server` is given, a server certificate it
+/// signed for 127.0.0.1 and localhost (`<server>.crt`, `<server>.key`).
+pub fn make_ca(dir: &Path, ca: &str, server: Option<&str>) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (scripts/setup.sh installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={ca}"),
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca_crt,
+    ]);
+    let Some(server) = server else { return };
+    let (crt, key, csr) = (
+        format!("{server}.crt"),
+        format!("{server}.key"),
+        format!("{server}.csr"),
+    );
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca_crt,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        &crt,
+    ]);
+}
