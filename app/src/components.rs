@@ -198,3 +198,40 @@ pub fn Pager(
         </nav>
     }
 }
+
+/// The four limit fields (empty: no limit), shared by the create form and the tenant page's Change
+/// limits form; `initial` is what to show (the spec's limits, or what a rejected post brought back).
+#[component]
+pub fn LimitsFields(initial: [String; 4]) -> impl IntoView {
+    use crate::limits::{MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR};
+    let [memory, seconds, concurrent, per_hour] = initial;
+    view! {
+        <fieldset class="limits">
+            <legend>"Limits " <span class="muted">"(empty: no limit)"</span></legend>
+            <label for="max_memory_per_query">"Memory per query"</label>
+            <input id="max_memory_per_query" name="max_memory_per_query" autocomplete="off" value=memory
+                pattern="[1-9][0-9]{0,3}(Mi|Gi)" placeholder="4Gi" aria-describedby="memory-hint"/>
+            <small class="hint" id="memory-hint">"1 to 9999 followed by Mi or Gi"</small>
+            <label for="max_execution_seconds">"Seconds per query"</label>
+            <input id="max_execution_seconds" name="max_execution_seconds" type="number" min="1"
+                max=MAX_EXECUTION_SECONDS.to_string() value=seconds placeholder="60"/>
+            <label for="max_concurrent_queries">"Concurrent queries"</label>
+            <input id="max_concurrent_queries" name="max_concurrent_queries" type="number" min="1"
+                max=MAX_CONCURRENT_QUERIES.to_string() value=concurrent placeholder="8"/>
+            <label for="queries_per_hour">"Queries per hour"</label>
+            <input id="queries_per_hour" name="queries_per_hour" type="number" min="1"
+                max=MAX_QUERIES_PER_HOUR.to_string() value=per_hour placeholder="10000"/>
+        </fieldset>
+    }
+}
+
+/// The limits as the form's four fields.
+pub fn limits_fields(l: &crate::limits::Limits) -> [String; 4] {
+    let n = |v: Option<i64>| v.map(|v| v.to_string()).unwrap_or_default();
+    [
+        l.max_memory_per_query.clone().unwrap_or_default(),
+        n(l.max_execution_seconds),
+        n(l.max_concurrent_queries),
+        n(l.queries_per_hour),
+    ]
+}

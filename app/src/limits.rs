@@ -1,6 +1,70 @@
 //! The bounds of a tenant's `spec.limits`, shared by the CRD schema, the provisioner and the
 //! dashboard's form, and the one unit parser they all use.
 
+use serde::{Deserialize, Serialize};
+
+/// A tenant's limits as the dashboard shows and edits them (the CRD's `TenantLimits`, without its
+/// schema); each `None` is "no limit".
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub max_memory_per_query: Option<String>,
+    pub max_execution_seconds: Option<i64>,
+    pub max_concurrent_queries: Option<i64>,
+    pub queries_per_hour: Option<i64>,
+}
+
+impl Limits {
+    /// One line: `4Gi memory per query, 60 s per query, …`, or "no limits".
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = [
+            self.max_memory_per_query
+                .as_ref()
+                .map(|m| format!("{m} memory per query")),
+            self.max_execution_seconds
+                .map(|s| format!("{s} s per query")),
+            self.max_concurrent_queries
+                .map(|n| format!("{n} concurrent queries")),
+            self.queries_per_hour
+                .map(|n| format!("{n} queries per hour")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if parts.is_empty() {
+            "no limits".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// The four form fields (empty for no limit), each checked against its bound; the first error wins.
+    pub fn from_form(
+        memory_text: &str,
+        seconds: &str,
+        concurrent: &str,
+        per_hour: &str,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            max_memory_per_query: memory(memory_text)?,
+            max_execution_seconds: bounded(
+                "max execution seconds",
+                seconds,
+                MAX_EXECUTION_SECONDS,
+            )?,
+            max_concurrent_queries: bounded(
+                "max concurrent queries",
+                concurrent,
+                MAX_CONCURRENT_QUERIES,
+            )?,
+            queries_per_hour: bounded("queries per hour", per_hour, MAX_QUERIES_PER_HOUR)?,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// `maxMemoryPerQuery`: 1 to 9999 mebibytes or gibibytes (`512Mi`, `4Gi`).
 pub const MEMORY_PATTERN: &str = "^[1-9][0-9]{0,3}(Mi|Gi)$";
 /// `maxExecutionSeconds`: one second to one day.
@@ -65,6 +129,26 @@ mod tests {
         ] {
             assert_eq!(memory_bytes(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn limits_read_as_one_line_and_come_from_the_form_checked() {
+        assert_eq!(Limits::default().describe(), "no limits");
+        let all = Limits::from_form("4Gi", "60", " 5 ", "1000").unwrap();
+        assert_eq!(
+            all.describe(),
+            "4Gi memory per query, 60 s per query, 5 concurrent queries, 1000 queries per hour"
+        );
+        assert!(Limits::from_form("", "", "", "").unwrap().is_empty());
+        assert_eq!(
+            Limits::from_form("", "86401", "", "").unwrap_err(),
+            "max execution seconds must be a whole number from 1 to 86400, or empty for no limit"
+        );
+        assert!(
+            Limits::from_form("4 GB", "", "", "")
+                .unwrap_err()
+                .contains("\"4 GB\"")
+        );
     }
 
     #[test]

@@ -26,6 +26,17 @@ pub struct TenantRow {
     pub provisioning_policy: String,
     /// `spec.reclaimPolicy`: "Retain" or "Delete", what deleting the tenant does in ClickHouse.
     pub reclaim_policy: String,
+    /// `spec.limits`.
+    pub limits: crate::limits::Limits,
+    /// Where the limits stand, from the `LimitsEnforced` condition: "enforced", "applying…", "apply
+    /// failed"; "—" before provisioning.
+    pub limits_state: String,
+    /// Which spec ClickHouse reflects: "generation 4 (current)", "generation 3; applying 4", "—".
+    pub clickhouse_generation: String,
+    /// The credentials' latest rotation: "never rotated", "rotating…", or the Rotate run's outcome.
+    pub credentials: String,
+    /// While the tenant is Terminating: what its reclaim policy is doing (the `Reclaimed` condition).
+    pub deletion: Option<String>,
 }
 
 impl TenantRow {
@@ -65,6 +76,10 @@ impl TenantRow {
     }
     pub fn can_resume(&self) -> bool {
         self.suspended
+    }
+    /// Limits can change while the tenant lives; once it is being deleted they no longer matter.
+    pub fn can_change_limits(&self) -> bool {
+        self.phase != "Terminating"
     }
 }
 
@@ -340,6 +355,11 @@ mod tests {
             provisioning: false,
             provisioning_policy: "Automatic".into(),
             reclaim_policy: "Retain".into(),
+            limits: Default::default(),
+            limits_state: "—".into(),
+            clickhouse_generation: "—".into(),
+            credentials: "never rotated".into(),
+            deletion: None,
         };
         assert!(row.can_provision() && row.can_suspend() && !row.can_resume());
         assert_eq!(row.provision_label(), "Provision");

@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::Flash;
+use crate::components::{Flash, LimitsFields};
 use crate::forms::PostForm;
 use crate::names::{
     MAX_DISPLAY_NAME, MAX_TENANT_NAME, validate_display_name, validate_tenant_name,
@@ -54,6 +54,7 @@ pub fn NewTenantPage() -> impl IntoView {
                     ("Retain", "lock its logins, keep its database, user and credentials for a new tenant of the same name"),
                     ("Delete", "drop its database and user, delete its credentials"),
                 ]/>
+                <LimitsFields initial=LIMIT_FIELDS.map(|f| initial.get(f).unwrap_or_default())/>
                 <div class="row">
                     <button type="submit" class="btn primary">"Create tenant"</button>
                     <a class="btn" href="/tenants">"Cancel"</a>
@@ -62,6 +63,14 @@ pub fn NewTenantPage() -> impl IntoView {
         </section>
     }
 }
+
+/// The limit fields' names, as the form posts them.
+pub const LIMIT_FIELDS: [&str; 4] = [
+    "max_memory_per_query",
+    "max_execution_seconds",
+    "max_concurrent_queries",
+    "queries_per_hour",
+];
 
 /// Radio buttons for one of a few values, each with what it means; the first is the default, and
 /// `chosen` (what a rejected no-JS post brought back) wins when it is one of them.

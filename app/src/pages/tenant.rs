@@ -4,9 +4,10 @@ use leptos_router::hooks::use_params_map;
 use super::{RunsTable, load_error};
 use crate::api::get_tenant;
 use crate::components::{
-    ConfirmDelete, ConfirmSuspend, Flash, PhaseBadge, ReadyCell, TenantActions,
+    ConfirmDelete, ConfirmSuspend, Flash, LimitsFields, PhaseBadge, ReadyCell, TenantActions,
+    limits_fields,
 };
-use crate::forms::current_url;
+use crate::forms::{PostForm, current_url};
 use crate::live::use_live;
 
 #[component]
@@ -55,7 +56,20 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Logins"</dt><dd>{t.logins.clone()}</dd>
                                 <dt>"Provisioning"</dt><dd>{t.provisioning_policy.clone()}</dd>
                                 <dt>"When deleted"</dt><dd>{t.reclaim_policy.clone()}</dd>
+                                <dt>"Limits"</dt><dd>{t.limits.describe()} " " <span class="muted">"(" {t.limits_state.clone()} ")"</span></dd>
+                                <dt>"ClickHouse reflects"</dt><dd>{t.clickhouse_generation.clone()}</dd>
+                                <dt>"Credentials"</dt><dd>{t.credentials.clone()}</dd>
+                                {t.deletion.clone().map(|d| view! { <dt>"Deletion"</dt><dd>{d}</dd> })}
                             </dl>
+                            {(!read_only && t.can_change_limits()).then(|| view! {
+                                <details class="edit-limits">
+                                    <summary>"Change limits"</summary>
+                                    <PostForm action=format!("/actions/tenants/{}/limits", t.name) class="stack">
+                                        <LimitsFields initial=limits_fields(&t.limits)/>
+                                        <button type="submit" class="btn">"Save limits"</button>
+                                    </PostForm>
+                                </details>
+                            })}
                             <h2>"Conditions"</h2>
                             <table class="grid">
                                 <thead><tr><th>"Type"</th><th>"Status"</th><th>"Reason"</th><th>"Message"</th><th>"Since"</th></tr></thead>

@@ -101,27 +101,9 @@ impl TenantLimits {
             .and_then(crate::limits::memory_bytes)
     }
 
-    /// One line for messages and the dashboard: `4Gi memory per query, 60 s per query, …`, or "none".
+    /// One line for messages and the dashboard: `4Gi memory per query, 60 s per query, …`.
     pub fn describe(&self) -> String {
-        let parts: Vec<String> = [
-            self.max_memory_per_query
-                .as_ref()
-                .map(|m| format!("{m} memory per query")),
-            self.max_execution_seconds
-                .map(|s| format!("{s} s per query")),
-            self.max_concurrent_queries
-                .map(|n| format!("{n} concurrent queries")),
-            self.queries_per_hour
-                .map(|n| format!("{n} queries per hour")),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        if parts.is_empty() {
-            "no limits".to_owned()
-        } else {
-            parts.join(", ")
-        }
+        crate::limits::Limits::from(self).describe()
     }
 }
 
@@ -142,6 +124,28 @@ impl Default for TenantSpec {
             reclaim_policy: ReclaimPolicy::default(),
             rotation_grace_period: default_rotation_grace_period(),
             limits: None,
+        }
+    }
+}
+
+impl From<&TenantLimits> for crate::limits::Limits {
+    fn from(l: &TenantLimits) -> Self {
+        Self {
+            max_memory_per_query: l.max_memory_per_query.clone(),
+            max_execution_seconds: l.max_execution_seconds,
+            max_concurrent_queries: l.max_concurrent_queries,
+            queries_per_hour: l.queries_per_hour,
+        }
+    }
+}
+
+impl From<crate::limits::Limits> for TenantLimits {
+    fn from(l: crate::limits::Limits) -> Self {
+        Self {
+            max_memory_per_query: l.max_memory_per_query,
+            max_execution_seconds: l.max_execution_seconds,
+            max_concurrent_queries: l.max_concurrent_queries,
+            queries_per_hour: l.queries_per_hour,
         }
     }
 }

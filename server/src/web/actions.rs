@@ -22,7 +22,8 @@ use serde_json::json;
 
 use super::serve::Peer;
 use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
-use crate::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, Tenant, TenantSpec};
+use crate::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, Tenant, TenantLimits, TenantSpec};
+use crate::limits::Limits;
 use crate::names::{TenantName, validate_display_name};
 
 pub struct Actions {
@@ -45,6 +46,7 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/resume", post(resume))
         .route("/tenants/{name}/rotate", post(rotate))
         .route("/tenants/{name}/delete", post(delete))
+        .route("/tenants/{name}/limits", post(change_limits))
         .route_layer(middleware::from_fn(same_origin_only))
         .fallback(no_such_action)
         .with_state(actions)
@@ -54,7 +56,7 @@ async fn no_such_action(uri: axum::http::Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
         format!(
-            "no such action: /actions{} (the actions are provision, suspend and resume)",
+            "no such action: /actions{} (the actions are provision, suspend, resume, rotate, delete and limits)",
             uri.path()
         ),
     )
@@ -200,6 +202,54 @@ pub struct CreateForm {
     /// "Retain" or "Delete"; absent means the CRD's default (Retain).
     #[serde(default)]
     reclaim_policy: Option<String>,
+    #[serde(flatten)]
+    limits: LimitsForm,
+    return_to: Option<String>,
+}
+
+/// The four limit fields, as typed (empty: no limit).
+#[derive(Deserialize, Default)]
+pub struct LimitsForm {
+    #[serde(default)]
+    max_memory_per_query: String,
+    #[serde(default)]
+    max_execution_seconds: String,
+    #[serde(default)]
+    max_concurrent_queries: String,
+    #[serde(default)]
+    queries_per_hour: String,
+}
+
+impl LimitsForm {
+    fn parse(&self) -> Result<TenantLimits, Outcome> {
+        Limits::from_form(
+            &self.max_memory_per_query,
+            &self.max_execution_seconds,
+            &self.max_concurrent_queries,
+            &self.queries_per_hour,
+        )
+        .map(TenantLimits::from)
+        .map_err(|e| Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e))
+    }
+
+    /// What a rejected no-JS post brings back into the fields.
+    fn echo(&self) -> [(&'static str, &str); 4] {
+        [
+            ("max_memory_per_query", self.max_memory_per_query.as_str()),
+            ("max_execution_seconds", self.max_execution_seconds.as_str()),
+            (
+                "max_concurrent_queries",
+                self.max_concurrent_queries.as_str(),
+            ),
+            ("queries_per_hour", self.queries_per_hour.as_str()),
+        ]
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ChangeLimitsForm {
+    #[serde(flatten)]
+    limits: LimitsForm,
     return_to: Option<String>,
 }
 
@@ -219,18 +269,28 @@ async fn create_tenant(
     let display = form.display_name.trim().to_owned();
     let policy = form.provisioning.as_deref().unwrap_or("Automatic");
     let reclaim = form.reclaim_policy.as_deref().unwrap_or("Retain");
-    let echo = [
+    let mut echo = vec![
         ("name", name.as_str()),
         ("display_name", display.as_str()),
         ("provisioning", policy),
         ("reclaim_policy", reclaim),
     ];
-    let outcome = create(&a, &name, &display, policy, reclaim).await;
+    echo.extend(form.limits.echo());
+    let outcome = match form.limits.parse() {
+        Ok(limits) => create(&a, &name, &display, (policy, reclaim), limits).await,
+        Err(refused) => refused,
+    };
     attribute(&a, "Create", &name, &outcome, peer).await;
     reply(&headers, outcome, &return_to, &echo)
 }
 
-async fn create(a: &Actions, name: &str, display: &str, policy: &str, reclaim: &str) -> Outcome {
+async fn create(
+    a: &Actions,
+    name: &str,
+    display: &str,
+    (policy, reclaim): (&str, &str),
+    limits: TenantLimits,
+) -> Outcome {
     let name = match TenantName::parse(name) {
         Ok(n) => n,
         Err(e) => return Outcome::failed(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
@@ -258,6 +318,7 @@ async fn create(a: &Actions, name: &str, display: &str, policy: &str, reclaim: &
             suspended: false,
             provisioning,
             reclaim_policy,
+            limits: (!limits.is_empty()).then_some(limits),
             ..TenantSpec::default()
         },
         status: None,
@@ -535,6 +596,55 @@ async fn set_suspended(a: &Actions, name: &str, suspended: bool) -> Outcome {
             &format!("{} {name}", if suspended { "suspend" } else { "resume" }),
             &e,
         ),
+    }
+}
+
+async fn change_limits(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    Form(form): Form<ChangeLimitsForm>,
+) -> Response {
+    let outcome = match form.limits.parse() {
+        Ok(limits) => set_limits(&a, &name, limits).await,
+        Err(refused) => refused,
+    };
+    attribute(&a, "ChangeLimits", &name, &outcome, peer).await;
+    let return_to = safe_return(form.return_to.as_deref());
+    reply(&headers, outcome, &return_to, &form.limits.echo())
+}
+
+/// Replaces `spec.limits` whole; the Tenant reconciler starts the SetLimits run if ClickHouse must change.
+async fn set_limits(a: &Actions, name: &str, limits: TenantLimits) -> Outcome {
+    let tenant = match find(a, name).await {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    // Merge patch: every key named (null when unset), so a limit taken away is removed.
+    let value = (!limits.is_empty()).then(|| {
+        json!({
+            "maxMemoryPerQuery": limits.max_memory_per_query,
+            "maxExecutionSeconds": limits.max_execution_seconds,
+            "maxConcurrentQueries": limits.max_concurrent_queries,
+            "queriesPerHour": limits.queries_per_hour,
+        })
+    });
+    let patch = json!({ "spec": { "limits": value } });
+    match a
+        .tenants()
+        .patch(name, &write_params(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) if tenant.is_provisioned() => Outcome::done(format!(
+            "{name}'s limits are now {}: a SetLimits run is applying them in ClickHouse",
+            limits.describe()
+        )),
+        Ok(_) => Outcome::done(format!(
+            "{name}'s limits are now {}: they apply when it is provisioned",
+            limits.describe()
+        )),
+        Err(e) => Outcome::kube(&format!("change the limits of {name}"), &e),
     }
 }
 

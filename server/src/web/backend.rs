@@ -2,7 +2,7 @@
 //! already keep (no extra LIST traffic). Only a tenant's recent Events, a running pod's log and the
 //! leader Lease are read from the API, on demand.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -22,7 +22,7 @@ use sentry_tenants_app::model::{
 use crate::clock::Clock;
 use crate::controller::runjob::LOG_TAIL_LINES;
 use crate::controller::{Stores, cached_or_fetched};
-use crate::crd::{RunAction, RunJob, Tenant, TenantPhase};
+use crate::crd::{RunAction, RunJob, RunPhase, Tenant, TenantPhase};
 use crate::leader::LEASE_NAME;
 use crate::names::TenantName;
 
@@ -53,24 +53,29 @@ impl ClusterBackend {
         obj.meta().namespace.as_deref() == Some(self.namespace.as_str())
     }
 
-    /// Tenants with a Provision run in flight, in one pass over the runs.
-    fn provisioning(&self) -> HashSet<String> {
-        self.stores
+    /// What each tenant has in flight, in one pass over the runs.
+    fn busy(&self) -> HashMap<String, Busy> {
+        let mut out: HashMap<String, Busy> = HashMap::new();
+        for run in self
+            .stores
             .runjobs
-            .state_filter(|r| {
-                self.in_namespace(r) && r.spec.action == RunAction::Provision && r.is_in_flight()
-            })
-            .iter()
-            .map(|r| r.spec.tenant.clone())
-            .collect()
+            .state_filter(|r| self.in_namespace(r) && r.is_in_flight())
+        {
+            out.entry(run.spec.tenant.clone())
+                .or_default()
+                .add(run.spec.action);
+        }
+        out
     }
 
-    pub fn tenant_row(&self, t: &Tenant, provisioning: bool) -> TenantRow {
+    pub fn tenant_row(&self, t: &Tenant, busy: Busy) -> TenantRow {
         let status = t.status.as_ref();
-        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+        let condition =
+            |type_: &str| status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+        let ready = condition("Ready");
         let phase = t.phase().unwrap_or(TenantPhase::Pending);
         TenantRow {
-            provisioning,
+            provisioning: busy.provision,
             provisioning_policy: t.spec.provisioning.as_str().to_owned(),
             reclaim_policy: t.spec.reclaim_policy.as_str().to_owned(),
             name: t.name_any(),
@@ -88,9 +93,14 @@ impl ClusterBackend {
                 .and_then(|s| s.click_house_secret_ref.as_ref().map(|r| r.name.clone())),
             created: t.metadata.creation_timestamp.as_ref().map(time),
             suspended: t.spec.suspended,
-            logins: logins(
-                status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "AccessLocked")),
-            ),
+            logins: logins(condition("AccessLocked")),
+            limits: (&t.spec.limits()).into(),
+            limits_state: limits_state(condition("LimitsEnforced")),
+            clickhouse_generation: clickhouse_generation(t),
+            credentials: credentials(t, busy.rotate),
+            deletion: (phase == TenantPhase::Terminating)
+                .then(|| condition("Reclaimed").map(|c| c.message.clone()))
+                .flatten(),
         }
     }
 
@@ -98,6 +108,67 @@ impl ClusterBackend {
         let mut all = self.stores.tenants.state_filter(|t| self.in_namespace(t));
         all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         all
+    }
+}
+
+/// Runs a tenant has in flight, as far as its row shows them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Busy {
+    pub provision: bool,
+    pub rotate: bool,
+}
+
+impl Busy {
+    fn add(&mut self, action: RunAction) {
+        match action {
+            RunAction::Provision => self.provision = true,
+            RunAction::Rotate => self.rotate = true,
+            _ => {}
+        }
+    }
+
+    fn of(runs: &[Arc<RunJob>]) -> Self {
+        let mut busy = Self::default();
+        for run in runs.iter().filter(|r| r.is_in_flight()) {
+            busy.add(run.spec.action);
+        }
+        busy
+    }
+}
+
+/// The `LimitsEnforced` condition's reason in the words the tenant page shows.
+fn limits_state(condition: Option<&Condition>) -> String {
+    let word = match condition.map(|c| c.reason.as_str()) {
+        None => "—",
+        Some("Enforced") => "enforced",
+        Some("Applying") => "applying…",
+        Some("ApplyFailed") => "apply failed",
+        Some(other) => other,
+    };
+    word.to_owned()
+}
+
+/// Which generation of the spec ClickHouse reflects (`status.syncedGeneration`) against the current one.
+fn clickhouse_generation(t: &Tenant) -> String {
+    let synced = t.status.as_ref().and_then(|s| s.synced_generation);
+    match (synced, t.metadata.generation) {
+        (Some(s), Some(g)) if s == g => format!("generation {s} (current)"),
+        (Some(s), Some(g)) => format!("generation {s}; bringing it to {g}"),
+        _ => "—".to_owned(),
+    }
+}
+
+/// The credentials' latest rotation, from a Rotate run in flight or the history.
+fn credentials(t: &Tenant, rotating: bool) -> String {
+    if rotating {
+        return "rotating…".to_owned();
+    }
+    match t.history().iter().find(|h| h.action == RunAction::Rotate) {
+        None => "never rotated".to_owned(),
+        Some(h) if h.phase == RunPhase::Failed => {
+            format!("the last rotation ({}) failed: {}", h.name, h.message)
+        }
+        Some(h) => format!("rotated by {}: {}", h.name, h.message),
     }
 }
 
@@ -219,10 +290,10 @@ impl Backend for ClusterBackend {
                 query.matches(name, t.spec.display_name.as_deref(), phase.as_str())
             })
             .collect();
-        let provisioning = self.provisioning();
+        let busy = self.busy();
         paginate(matched, total, query.page).map(|t| {
-            let busy = provisioning.contains(t.metadata.name.as_deref().unwrap_or_default());
-            self.tenant_row(&t, busy)
+            let name = t.metadata.name.as_deref().unwrap_or_default();
+            self.tenant_row(&t, busy.get(name).copied().unwrap_or_default())
         })
     }
 
@@ -243,11 +314,7 @@ impl Backend for ClusterBackend {
             newest_first(&mut runs);
             let status = t.status.clone().unwrap_or_default();
             Some(TenantDetail {
-                tenant: self.tenant_row(
-                    &t,
-                    runs.iter()
-                        .any(|r| r.spec.action == RunAction::Provision && r.is_in_flight()),
-                ),
+                tenant: self.tenant_row(&t, Busy::of(&runs)),
                 conditions: status
                     .conditions
                     .iter()

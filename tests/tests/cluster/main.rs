@@ -12,6 +12,7 @@ mod api_rules;
 mod drill;
 mod install;
 mod leader;
+mod limits;
 mod operator;
 mod provision;
 mod rbac;

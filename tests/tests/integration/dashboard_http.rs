@@ -1085,3 +1085,123 @@ fn delete_names_the_reclaim_policy_and_needs_the_tenants_name_typed() {
         assert!(c.run("globex-deprovision-20").await.is_some());
     })
 }
+
+#[test]
+fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_nothing() {
+    block_on(async {
+        let c = Cluster::new().await;
+        let refused = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=acme&max_memory_per_query=4GB&queries_per_hour=10&return_to=%2Ftenants%2Fnew",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        let location = refused.headers[header::LOCATION]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(location.contains("max_memory_per_query=4GB"), "{location}");
+        assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());
+        let form = get(dashboard_router(&c, false), &location).await;
+        assert!(
+            form.body.contains(r#"name="queries_per_hour""#) && form.body.contains(r#"value="10""#),
+            "what was typed comes back: {}",
+            form.body
+        );
+        assert!(form.body.contains("must be 1 to 9999 followed by Mi or Gi"));
+
+        let created = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants",
+                "name=acme&max_memory_per_query=2Gi&max_execution_seconds=&queries_per_hour=500",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(created.status, StatusCode::OK, "{}", created.body);
+        let limits = c.tenant("acme").await.spec.limits.unwrap();
+        assert_eq!(limits.max_memory_per_query.as_deref(), Some("2Gi"));
+        assert_eq!(
+            (limits.max_execution_seconds, limits.queries_per_hour),
+            (None, Some(500))
+        );
+        c.settle().await;
+        let page = get(dashboard_router(&c, false), "/tenants/acme").await;
+        assert!(
+            page.body
+                .contains("2Gi memory per query, 500 queries per hour"),
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains("Change limits"));
+
+        // Changed on the tenant page: a removed limit goes, a new one comes.
+        let changed = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/acme/limits",
+                "max_memory_per_query=&max_concurrent_queries=3&queries_per_hour=500",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(changed.status, StatusCode::OK, "{}", changed.body);
+        assert!(
+            changed.body.contains(
+                "3 concurrent queries, 500 queries per hour: they apply when it is provisioned"
+            ),
+            "{}",
+            changed.body
+        );
+        let limits = c.tenant("acme").await.spec.limits.unwrap();
+        assert_eq!(limits.max_memory_per_query, None);
+        assert_eq!(limits.max_concurrent_queries, Some(3));
+
+        // Out of bounds: refused, the spec untouched; all empty: no limits at all.
+        let before = c.log.writes().len();
+        let bad = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/acme/limits",
+                "max_concurrent_queries=1001",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+        assert!(bad.body.contains("from 1 to 1000"), "{}", bad.body);
+        let writes = c.log.writes();
+        assert_eq!(writes.len(), before, "{writes:?}");
+        let cleared = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/acme/limits",
+                "queries_per_hour=",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(cleared.status, StatusCode::OK, "{}", cleared.body);
+        assert_eq!(c.tenant("acme").await.spec.limits, None);
+        let missing = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/globex/limits",
+                "queries_per_hour=5",
+                SAME,
+                true,
+            ),
+        )
+        .await;
+        assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.body);
+    })
+}

@@ -146,7 +146,7 @@ fn cases() -> Vec<Post> {
             "/actions/tenants/acme/explode",
             "",
             StatusCode::NOT_FOUND,
-            "no such action: /actions/tenants/acme/explode (the actions are provision, suspend and resume)",
+            "no such action: /actions/tenants/acme/explode (the actions are provision, suspend, resume, rotate, delete and limits)",
         ),
         Post {
             origin: Some("http://evil.example"),
@@ -178,6 +178,27 @@ fn cases() -> Vec<Post> {
                 "Form requests must have `Content-Type: application/x-www-form-urlencoded`",
             )
         },
+        post(
+            "limit out of bounds at create",
+            "/actions/tenants",
+            "name=acme2&max_execution_seconds=0",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max execution seconds must be a whole number from 1 to 86400, or empty for no limit",
+        ),
+        post(
+            "memory in a unit ClickHouse limits are not written in",
+            "/actions/tenants/acme/limits",
+            "max_memory_per_query=4G",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "max memory per query \"4G\" must be 1 to 9999 followed by Mi or Gi (512Mi, 4Gi), or empty for no limit",
+        ),
+        post(
+            "queries per hour as text",
+            "/actions/tenants/acme/limits",
+            "queries_per_hour=lots",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "queries per hour must be a whole number from 1 to 100000000, or empty for no limit",
+        ),
         post(
             "oversized form",
             "/actions/tenants",

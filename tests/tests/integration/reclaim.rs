@@ -355,8 +355,12 @@ async fn delete_drops_user_and_database_and_deletes_the_secret() {
         ch.ddl(),
         [
             "DROP USER IF EXISTS `tenant_acme_user`",
+            "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
+            "DROP QUOTA IF EXISTS `tenant_acme_quota`",
             "DROP DATABASE IF EXISTS `tenant_acme`",
             "DROP USER IF EXISTS `tenant_acme_user`",
+            "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
+            "DROP QUOTA IF EXISTS `tenant_acme_quota`",
             "DROP DATABASE IF EXISTS `tenant_acme`",
         ],
         "idempotent"
