@@ -201,6 +201,25 @@ fn answer(s: &Shared, user: &str, password: &str, sql: &str) -> Response {
 impl ClickHouseStandIn {
     /// Listens on `ip` (the cluster bridge's address, so pods reach it) with the admin's credentials.
     pub async fn start(ip: &str, admin_user: &str, admin_password: &str) -> Self {
+        Self::serve(ip, admin_user, admin_password, None).await
+    }
+
+    /// [`Self::start`], over TLS with the certificate `<server>.crt` of `dir` (see `crate::tls`).
+    pub async fn start_tls(
+        ip: &str,
+        admin_user: &str,
+        admin_password: &str,
+        tls: std::sync::Arc<rustls::ServerConfig>,
+    ) -> Self {
+        Self::serve(ip, admin_user, admin_password, Some(tls)).await
+    }
+
+    async fn serve(
+        ip: &str,
+        admin_user: &str,
+        admin_password: &str,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> Self {
         let shared = Shared {
             admin: (admin_user.to_owned(), admin_password.to_owned()),
             inner: Arc::new(Mutex::new(Inner {
@@ -215,13 +234,29 @@ impl ClickHouseStandIn {
         let listener = tokio::net::TcpListener::bind((ip, 0))
             .await
             .expect("bind the stand-in");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let addr = listener.local_addr().expect("address");
         let app = axum::Router::new()
             .route("/", axum::routing::post(handle).get(handle))
             .with_state(shared.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (url, task) = match tls {
+            None => (
+                format!("http://{addr}"),
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                }),
+            ),
+            Some(config) => {
+                let tls =
+                    crate::tls::TlsListener::new(listener, tokio_rustls::TlsAcceptor::from(config))
+                        .expect("a TLS listener");
+                (
+                    format!("https://{addr}"),
+                    tokio::spawn(async move {
+                        let _ = axum::serve(tls, app).await;
+                    }),
+                )
+            }
+        };
         Self { url, shared, task }
     }
 

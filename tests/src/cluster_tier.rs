@@ -121,14 +121,18 @@ impl Setup {
     }
 
     pub async fn install_replicas(&self, url: &str, admin: (&str, &str), replicas: u8) {
-        self.create_admin_secret(admin).await;
         let values = Values {
             clickhouse_url: url.to_owned(),
             replicas,
             ..self.values()
-        }
-        .validate()
-        .expect("valid values");
+        };
+        self.install_with(admin, values).await;
+    }
+
+    /// The admin Secret, then `install` of `values`, waiting for the rollout.
+    pub async fn install_with(&self, admin: (&str, &str), values: Values) {
+        self.create_admin_secret(admin).await;
+        let values = values.validate().expect("valid values");
         let opts = InstallOptions {
             timeout: crate::PATIENCE,
             ..InstallOptions::default()

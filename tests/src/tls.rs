@@ -67,75 +67,101 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
-/// Makes, in `dir`, a CA (`<ca>.crt`, `<ca>.key`) and, when `server` is given, a server certificate it
-/// signed for 127.0.0.1 and localhost (`<server>.crt`, `<server>.key`).
-pub fn make_ca(dir: &Path, ca: &str, server: Option<&str>) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl (scripts/setup.sh installs it)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (scripts/setup.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes, in `dir`, a CA: `<ca>.crt` and `<ca>.key`.
+pub fn make_ca(dir: &Path, ca: &str) {
+    let (crt, key) = (format!("{ca}.crt"), format!("{ca}.key"));
+    let subject = format!("/CN={ca}");
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", &subject,
+            "-keyout", &key, "-out", &crt,
+        ],
+    );
+}
+
+/// Makes, in `dir`, a server certificate `<server>.crt` (key `<server>.key`) for `ip` and localhost,
+/// signed by the CA [`make_ca`] made there.
+pub fn make_server_cert(dir: &Path, ca: &str, server: &str, ip: &str) {
     let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        &format!("/CN={ca}"),
-        "-keyout",
-        &ca_key,
-        "-out",
-        &ca_crt,
-    ]);
-    let Some(server) = server else { return };
     let (crt, key, csr) = (
         format!("{server}.crt"),
         format!("{server}.key"),
         format!("{server}.csr"),
     );
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        &key,
-        "-out",
-        &csr,
-    ]);
+    let ext = format!("{server}.ext");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ],
+    );
     std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        dir.join(&ext),
+        format!("subjectAltName=IP:{ip},DNS:localhost\n"),
     )
-    .unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        &ca_crt,
-        "-CAkey",
-        &ca_key,
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        &crt,
-    ]);
+    .expect("write the extension file");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+            "-out",
+            &crt,
+        ],
+    );
+}
+
+/// A rustls server configuration presenting `<server>.crt` from `dir`.
+pub fn server_config(dir: &Path, server: &str) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(dir.join(format!("{server}.crt")))
+            .expect("the certificate")
+            .collect::<Result<_, _>>()
+            .expect("PEM");
+    let key = PrivateKeyDer::from_pem_file(dir.join(format!("{server}.key"))).expect("the key");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("a certificate and its key");
+    std::sync::Arc::new(config)
 }

@@ -21,6 +21,7 @@ mod replicas;
 mod restart_drill;
 mod rotate;
 mod suspend;
+mod tls;
 mod uninstall;
 
 pub use sentry_tenants_tests::cluster_tier::{

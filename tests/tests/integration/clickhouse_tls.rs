@@ -3,30 +3,13 @@
 //! private CA made by openssl. The endpoint answers every query with a version string, as ClickHouse's
 //! HTTP interface answers `SELECT version()`; only the TLS verification is under test here.
 
-use std::sync::Arc;
-
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sentry_tenants::provision::{Auth, ChError, ClickHouse, HttpClickHouse};
-use sentry_tenants_tests::tls::{TlsListener, make_ca};
+use sentry_tenants_tests::tls::{TlsListener, make_ca, make_server_cert, server_config};
 
 async fn https_endpoint(dir: &std::path::Path) -> String {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.crt"))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .unwrap();
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let listener =
-        TlsListener::new(tcp, tokio_rustls::TlsAcceptor::from(Arc::new(config))).unwrap();
+    let tls = tokio_rustls::TlsAcceptor::from(server_config(dir, "server"));
+    let listener = TlsListener::new(tcp, tls).unwrap();
     let url = format!("https://127.0.0.1:{}", listener.local_addr_port());
     let app = axum::Router::new().route("/", axum::routing::post(|| async { "24.8.4.13\n" }));
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -37,8 +20,9 @@ async fn https_endpoint(dir: &std::path::Path) -> String {
 async fn an_https_url_is_verified_against_the_ca_bundle_only() {
     let dir = std::env::temp_dir().join(format!("sentry-tenants-ca-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    make_ca(&dir, "ca", Some("server"));
-    make_ca(&dir, "other-ca", None);
+    make_ca(&dir, "ca");
+    make_server_cert(&dir, "ca", "server", "127.0.0.1");
+    make_ca(&dir, "other-ca");
     let url = https_endpoint(&dir).await;
     let pem = |name: &str| std::fs::read(dir.join(name)).unwrap();
 
