@@ -199,6 +199,14 @@ pub fn Pager(
     }
 }
 
+/// The limit fields' names, as the forms post them.
+pub const LIMIT_FIELDS: [&str; 4] = [
+    "max_memory_per_query",
+    "max_execution_seconds",
+    "max_concurrent_queries",
+    "queries_per_hour",
+];
+
 /// The four limit fields (empty: no limit), shared by the create form and the tenant page's Change
 /// limits form; `initial` is what to show (the spec's limits, or what a rejected post brought back).
 #[component]

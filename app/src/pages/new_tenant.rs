@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::{Flash, LimitsFields};
+use crate::components::{Flash, LIMIT_FIELDS, LimitsFields};
 use crate::forms::PostForm;
 use crate::names::{
     MAX_DISPLAY_NAME, MAX_TENANT_NAME, validate_display_name, validate_tenant_name,
@@ -63,14 +63,6 @@ pub fn NewTenantPage() -> impl IntoView {
         </section>
     }
 }
-
-/// The limit fields' names, as the form posts them.
-pub const LIMIT_FIELDS: [&str; 4] = [
-    "max_memory_per_query",
-    "max_execution_seconds",
-    "max_concurrent_queries",
-    "queries_per_hour",
-];
 
 /// Radio buttons for one of a few values, each with what it means; the first is the default, and
 /// `chosen` (what a rejected no-JS post brought back) wins when it is one of them.

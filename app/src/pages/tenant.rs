@@ -4,8 +4,8 @@ use leptos_router::hooks::use_params_map;
 use super::{RunsTable, load_error};
 use crate::api::get_tenant;
 use crate::components::{
-    ConfirmDelete, ConfirmSuspend, Flash, LimitsFields, PhaseBadge, ReadyCell, TenantActions,
-    limits_fields,
+    ConfirmDelete, ConfirmSuspend, Flash, LIMIT_FIELDS, LimitsFields, PhaseBadge, ReadyCell,
+    TenantActions, limits_fields,
 };
 use crate::forms::{PostForm, current_url};
 use crate::live::use_live;
@@ -15,11 +15,12 @@ pub fn TenantPage() -> impl IntoView {
     let live = use_live();
     let params = use_params_map();
     let name = move || params.get().get("name").unwrap_or_default();
-    // While the Delete confirmation is open the page holds still: a live refresh would re-render the
-    // box and take away the name being typed into it (and the focus). Suspend's box has no field.
+    // While the Delete confirmation or the limits form is open the page holds still: a live refresh
+    // would re-render it and take away what is being typed (and the focus). Suspend's box has no field.
     let query = leptos_router::hooks::use_query_map();
     let confirming = move || query.with(|q| q.get("confirm").as_deref() == Some("delete"));
-    let version = move || (!confirming()).then(|| live.version.get());
+    let editing = move || query.with(|q| q.get("edit").as_deref() == Some("limits"));
+    let version = move || (!confirming() && !editing()).then(|| live.version.get());
     let data = Resource::new(move || (version(), name()), |(_, n)| get_tenant(n));
     let here = current_url();
     view! {
@@ -61,14 +62,30 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Credentials"</dt><dd>{t.credentials.clone()}</dd>
                                 {t.deletion.clone().map(|d| view! { <dt>"Deletion"</dt><dd>{d}</dd> })}
                             </dl>
-                            {(!read_only && t.can_change_limits()).then(|| view! {
-                                <details class="edit-limits">
-                                    <summary>"Change limits"</summary>
-                                    <PostForm action=format!("/actions/tenants/{}/limits", t.name) class="stack">
-                                        <LimitsFields initial=limits_fields(&t.limits)/>
-                                        <button type="submit" class="btn">"Save limits"</button>
-                                    </PostForm>
-                                </details>
+                            {(!read_only && t.can_change_limits()).then(|| {
+                                let page = format!("/tenants/{}", t.name);
+                                if editing() {
+                                    // What a refused no-JS post brought back, else the spec's limits.
+                                    let q = query.get_untracked();
+                                    let initial = if LIMIT_FIELDS.iter().any(|f| q.get(f).is_some()) {
+                                        LIMIT_FIELDS.map(|f| q.get(f).unwrap_or_default())
+                                    } else {
+                                        limits_fields(&t.limits)
+                                    };
+                                    view! {
+                                        <div class="edit-limits" role="group" aria-label="Change limits">
+                                            <PostForm action=format!("/actions/tenants/{}/limits", t.name) class="stack">
+                                                <LimitsFields initial/>
+                                                <div class="row">
+                                                    <button type="submit" class="btn primary">"Save limits"</button>
+                                                    <a class="btn" href=page>"Cancel"</a>
+                                                </div>
+                                            </PostForm>
+                                        </div>
+                                    }.into_any()
+                                } else {
+                                    view! { <p><a class="btn" href=format!("{page}?edit=limits")>"Change limits"</a></p> }.into_any()
+                                }
                             })}
                             <h2>"Conditions"</h2>
                             <table class="grid">

@@ -636,14 +636,21 @@ async fn set_limits(a: &Actions, name: &str, limits: TenantLimits) -> Outcome {
         .patch(name, &write_params(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) if tenant.is_provisioned() => Outcome::done(format!(
-            "{name}'s limits are now {}: a SetLimits run is applying them in ClickHouse",
-            limits.describe()
-        )),
-        Ok(_) => Outcome::done(format!(
-            "{name}'s limits are now {}: they apply when it is provisioned",
-            limits.describe()
-        )),
+        Ok(_) => Outcome {
+            // Back to the tenant's page, out of the (frozen) form.
+            redirect: Some(format!("/tenants/{name}")),
+            ..Outcome::done(if tenant.is_provisioned() {
+                format!(
+                    "{name}'s limits are now {}: a SetLimits run is applying them in ClickHouse",
+                    limits.describe()
+                )
+            } else {
+                format!(
+                    "{name}'s limits are now {}: they apply when it is provisioned",
+                    limits.describe()
+                )
+            })
+        },
         Err(e) => Outcome::kube(&format!("change the limits of {name}"), &e),
     }
 }

@@ -146,6 +146,8 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         .await;
         fill(&b, "#name", "acme").await;
         fill(&b, "#display_name", "Acme Corp").await;
+        fill(&b, "#max_memory_per_query", "2Gi").await;
+        fill(&b, "#queries_per_hour", "500").await;
         screenshot(&b, "tenant-new").await;
         choose_manual(&b).await;
         submit_new_tenant(&b, "acme", &["Pending"]).await;
@@ -167,7 +169,45 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         c.job_succeeded("acme-provision-1").await;
         c.report_provisioned("acme").await;
         shown_active_live(&b, "acme").await;
+        assert!(
+            text(&b, "dl.facts")
+                .await
+                .contains("2Gi memory per query, 500 queries per hour"),
+            "the limits typed into the create form"
+        );
         screenshot(&b, "tenant-detail").await;
+
+        // Change limits on the page: the form submits in place, the reconciler makes the SetLimits run.
+        click(&b, "a[href='/tenants/acme?edit=limits']").await;
+        eventually("the limits form", || async {
+            exists(&b, ".edit-limits #queries_per_hour").await
+        })
+        .await;
+        assert_eq!(
+            attr(&b, ".edit-limits #queries_per_hour", "value").await,
+            "500"
+        );
+        fill(&b, ".edit-limits #queries_per_hour", "100").await;
+        fill(&b, ".edit-limits #max_execution_seconds", "30").await;
+        screenshot(&b, "tenant-limits").await;
+        click(&b, ".edit-limits button[type=submit]").await;
+        eventually("the new limits shown", || async {
+            text(&b, "dl.facts")
+                .await
+                .contains("2Gi memory per query, 30 s per query, 100 queries per hour")
+        })
+        .await;
+        assert!(same_page(&b).await, "saved without a reload");
+        let limits = c.tenant("acme").await.spec.limits.unwrap();
+        assert_eq!(
+            (limits.queries_per_hour, limits.max_execution_seconds),
+            (Some(100), Some(30))
+        );
+        eventually("a SetLimits run made by the reconciler", || async {
+            let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
+            runs.iter().any(|r| r.spec.action == RunAction::SetLimits)
+        })
+        .await;
 
         suspend_confirmed(&b, Some("tenant-confirm-suspend")).await;
         eventually("Suspended", || async {

@@ -1139,7 +1139,38 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
             "{}",
             page.body
         );
-        assert!(page.body.contains("Change limits"));
+        assert!(page.body.contains(r#"href="/tenants/acme?edit=limits""#));
+        let form = get(dashboard_router(&c, false), "/tenants/acme?edit=limits").await;
+        assert!(
+            form.body
+                .contains(r#"action="/actions/tenants/acme/limits""#)
+                && form.body.contains(r#"value="2Gi""#)
+                && form.body.contains(r#"value="500""#),
+            "the form holds the spec's limits: {}",
+            form.body
+        );
+
+        // Without JavaScript a refused change comes back into the form with what was typed.
+        let refused = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/acme/limits",
+                "queries_per_hour=0&return_to=%2Ftenants%2Facme%3Fedit%3Dlimits",
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        let location = refused.headers[header::LOCATION]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let again = get(dashboard_router(&c, false), &location).await;
+        assert!(
+            again.body.contains(r#"value="0""#) && again.body.contains("from 1 to 100000000"),
+            "{location}: {}",
+            again.body
+        );
 
         // Changed on the tenant page: a removed limit goes, a new one comes.
         let changed = send(
