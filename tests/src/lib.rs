@@ -823,7 +823,8 @@ impl Cluster {
             .await;
     }
 
-    async fn patch_tenant_status(&self, tenant: &str, status: Value) {
+    /// Merge-patches the tenant's status, as a writer of those fields would.
+    pub async fn patch_tenant_status(&self, tenant: &str, status: Value) {
         let patch = json!({ "status": status });
         self.tenants()
             .patch_status(tenant, &PatchParams::default(), &Patch::Merge(&patch))

@@ -282,19 +282,8 @@ impl<C: ClickHouse> Provisioner<C> {
         tenant: &Tenant,
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
-        if !tenant.is_provisioned() {
-            return Err(ProvisionError::NotProvisioned {
-                name: name.to_string(),
-            });
-        }
         let limits = checked_limits(name, tenant)?;
-        self.check_server().await?;
-        if !self.user_exists(ids).await? {
-            return Err(ProvisionError::UserMissing {
-                name: name.to_string(),
-                user: ids.user.as_str().to_owned(),
-            });
-        }
+        self.provisioned_user(name, tenant, ids).await?;
         for statement in sql::set_limits(ids, &limits) {
             self.exec(&statement.sql).await?;
         }
@@ -316,18 +305,7 @@ impl<C: ClickHouse> Provisioner<C> {
         tenant: &Tenant,
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
-        if !tenant.is_provisioned() {
-            return Err(ProvisionError::NotProvisioned {
-                name: name.to_string(),
-            });
-        }
-        let version = self.check_server().await?;
-        if !self.user_exists(ids).await? {
-            return Err(ProvisionError::UserMissing {
-                name: name.to_string(),
-                user: ids.user.as_str().to_owned(),
-            });
-        }
+        let version = self.provisioned_user(name, tenant, ids).await?;
         let (old, pending) = self
             .sync
             .passwords_for_rotation(name, tenant)
@@ -494,11 +472,7 @@ impl<C: ClickHouse> Provisioner<C> {
         ids: &TenantIdents,
         locked: bool,
     ) -> Result<Outcome, ProvisionError> {
-        if !tenant.is_provisioned() {
-            return Err(ProvisionError::NotProvisioned {
-                name: name.to_string(),
-            });
-        }
+        require_provisioned(name, tenant)?;
         // The run was made for a spec that has changed since (its pod started late, or the operator
         // decided from a stale cache): the run for the current spec does the work, if any is needed.
         if tenant.spec.suspended != locked {
@@ -506,13 +480,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 suspended: tenant.spec.suspended,
             });
         }
-        self.check_server().await?;
-        if !self.user_exists(ids).await? {
-            return Err(ProvisionError::UserMissing {
-                name: name.to_string(),
-                user: ids.user.as_str().to_owned(),
-            });
-        }
+        self.provisioned_user(name, tenant, ids).await?;
         self.exec(&sql::set_locked(ids, locked).sql).await?;
         let enforces = Enforces {
             locked: Some(locked),
@@ -524,6 +492,26 @@ impl<C: ClickHouse> Provisioner<C> {
         } else {
             Outcome::Unlocked
         })
+    }
+
+    /// What every run on a provisioned tenant's existing user checks first: the tenant is provisioned
+    /// (else nothing is contacted), the server will do ([`Self::check_server`], whose version it
+    /// returns), and the user exists — a missing one is an error, never silently re-created.
+    async fn provisioned_user(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<String, ProvisionError> {
+        require_provisioned(name, tenant)?;
+        let version = self.check_server().await?;
+        if !self.user_exists(ids).await? {
+            return Err(ProvisionError::UserMissing {
+                name: name.to_string(),
+                user: ids.user.as_str().to_owned(),
+            });
+        }
+        Ok(version)
     }
 
     async fn exec(&self, sql: &str) -> Result<String, ProvisionError> {
@@ -607,6 +595,16 @@ impl<C: ClickHouse> Provisioner<C> {
             }),
             Err(e) => Err(ProvisionError::from_clickhouse(&self.clickhouse_url, e)),
         }
+    }
+}
+
+fn require_provisioned(name: &TenantName, tenant: &Tenant) -> Result<(), ProvisionError> {
+    if tenant.is_provisioned() {
+        Ok(())
+    } else {
+        Err(ProvisionError::NotProvisioned {
+            name: name.to_string(),
+        })
     }
 }
 

@@ -40,6 +40,16 @@ async fn send(router: axum::Router, req: Request<Body>) -> Reply {
     }
 }
 
+/// A same-origin form post to the read-write dashboard: as a hydrated page sends it (`json`) or as a
+/// plain form.
+async fn act(c: &Cluster, path: &str, body: &str, json: bool) -> Reply {
+    send(
+        dashboard_router(c, false),
+        form_post(path, body, SAME, json),
+    )
+    .await
+}
+
 async fn get(router: axum::Router, path: &str) -> Reply {
     send(
         router,
@@ -431,14 +441,11 @@ fn a_crafted_return_path_cannot_send_the_browser_to_another_site() {
             "/%5Cevil.example",
             "https://evil.example/",
         ] {
-            let reply = send(
-                dashboard_router(&c, false),
-                form_post(
-                    "/actions/tenants/acme/suspend",
-                    &format!("return_to={crafted}"),
-                    SAME,
-                    false,
-                ),
+            let reply = act(
+                &c,
+                "/actions/tenants/acme/suspend",
+                &format!("return_to={crafted}"),
+                false,
             )
             .await;
             assert_eq!(reply.status, StatusCode::SEE_OTHER, "{crafted}");
@@ -504,14 +511,11 @@ fn a_link_cannot_forge_a_notice_or_an_error() {
             assert!(!reply.body.contains("evil.example"), "{query}");
         }
         // What an action's own redirect carries is shown.
-        let done = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/acme/suspend",
-                "return_to=%2Ftenants",
-                SAME,
-                false,
-            ),
+        let done = act(
+            &c,
+            "/actions/tenants/acme/suspend",
+            "return_to=%2Ftenants",
+            false,
         )
         .await;
         let location = done.headers[header::LOCATION].to_str().unwrap().to_owned();
@@ -599,11 +603,7 @@ fn every_action_is_recorded_on_its_tenant_and_marks_what_it_creates() {
             ("/actions/tenants/initech/provision", ""),
             ("/actions/tenants/nobody/resume", ""),
         ] {
-            let reply = send(
-                dashboard_router(&c, false),
-                form_post(path, form, SAME, false),
-            )
-            .await;
+            let reply = act(&c, path, form, false).await;
             assert_eq!(reply.status, StatusCode::SEE_OTHER, "{path}");
         }
         // One through the server `run` uses, which knows the connection's peer.
@@ -703,14 +703,11 @@ fn read_only_mode_has_no_mutating_route_at_all() {
 fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed() {
     block_on(async {
         let c = Cluster::new().await;
-        let reply = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=Bad_Name&display_name=Acme+Corp&return_to=%2Ftenants%2Fnew",
-                SAME,
-                false,
-            ),
+        let reply = act(
+            &c,
+            "/actions/tenants",
+            "name=Bad_Name&display_name=Acme+Corp&return_to=%2Ftenants%2Fnew",
+            false,
         )
         .await;
         assert_eq!(reply.status, StatusCode::SEE_OTHER);
@@ -739,16 +736,7 @@ fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed
                 .is_empty()
         );
 
-        let reply = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=acme&display_name=Acme",
-                SAME,
-                false,
-            ),
-        )
-        .await;
+        let reply = act(&c, "/actions/tenants", "name=acme&display_name=Acme", false).await;
         assert_eq!(reply.status, StatusCode::SEE_OTHER);
         assert!(
             reply.headers[header::LOCATION]
@@ -765,11 +753,7 @@ fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed
             ProvisioningPolicy::Automatic,
             "the form's default"
         );
-        let again = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants", "name=acme", SAME, true),
-        )
-        .await;
+        let again = act(&c, "/actions/tenants", "name=acme", true).await;
         assert_eq!(again.status, StatusCode::CONFLICT);
         assert!(again.body.contains("already exists"));
     })
@@ -781,14 +765,11 @@ fn create_without_javascript_redirects_with_the_outcome_and_keeps_what_was_typed
 fn create_takes_the_provisioning_policy_and_refuses_an_unknown_one() {
     block_on(async {
         let c = Cluster::new().await;
-        let refused = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=acme&provisioning=Sometimes&return_to=%2Ftenants%2Fnew",
-                SAME,
-                false,
-            ),
+        let refused = act(
+            &c,
+            "/actions/tenants",
+            "name=acme&provisioning=Sometimes&return_to=%2Ftenants%2Fnew",
+            false,
         )
         .await;
         assert_eq!(refused.status, StatusCode::SEE_OTHER);
@@ -801,14 +782,11 @@ fn create_takes_the_provisioning_policy_and_refuses_an_unknown_one() {
         );
         assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());
 
-        let echoed = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=Bad_Name&provisioning=Manual&return_to=%2Ftenants%2Fnew",
-                SAME,
-                false,
-            ),
+        let echoed = act(
+            &c,
+            "/actions/tenants",
+            "name=Bad_Name&provisioning=Manual&return_to=%2Ftenants%2Fnew",
+            false,
         )
         .await;
         let location = echoed.headers[header::LOCATION]
@@ -824,14 +802,11 @@ fn create_takes_the_provisioning_policy_and_refuses_an_unknown_one() {
             form.body
         );
 
-        let created = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=acme&provisioning=Manual",
-                SAME,
-                true,
-            ),
+        let created = act(
+            &c,
+            "/actions/tenants",
+            "name=acme&provisioning=Manual",
+            true,
         )
         .await;
         assert_eq!(created.status, StatusCode::OK, "{}", created.body);
@@ -851,19 +826,11 @@ fn create_takes_the_provisioning_policy_and_refuses_an_unknown_one() {
 fn provision_twice_starts_one_run() {
     block_on(async {
         let c = cluster_with_tenants().await;
-        let first = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/acme/provision", "", SAME, true),
-        )
-        .await;
+        let first = act(&c, "/actions/tenants/acme/provision", "", true).await;
         assert_eq!(first.status, StatusCode::OK, "{}", first.body);
         assert!(first.body.contains("acme-provision-1"));
         c.sync_stores().await;
-        let second = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/acme/provision", "", SAME, true),
-        )
-        .await;
+        let second = act(&c, "/actions/tenants/acme/provision", "", true).await;
         assert_eq!(second.status, StatusCode::OK);
         assert!(
             second.body.contains("already being provisioned"),
@@ -890,14 +857,11 @@ fn provision_twice_starts_one_run() {
 fn suspend_and_resume_patch_the_spec_and_the_reconciler_does_the_rest() {
     block_on(async {
         let c = cluster_with_tenants().await;
-        let reply = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/globex/suspend",
-                "return_to=%2Ftenants%3Fconfirm%3Dsuspend%26tenant%3Dglobex",
-                SAME,
-                false,
-            ),
+        let reply = act(
+            &c,
+            "/actions/tenants/globex/suspend",
+            "return_to=%2Ftenants%3Fconfirm%3Dsuspend%26tenant%3Dglobex",
+            false,
         )
         .await;
         let location = reply.headers[header::LOCATION].to_str().unwrap();
@@ -914,19 +878,11 @@ fn suspend_and_resume_patch_the_spec_and_the_reconciler_does_the_rest() {
         );
         let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
         assert!(runs.iter().any(|r| r.spec.action == RunAction::Suspend));
-        let reply = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/globex/resume", "", SAME, true),
-        )
-        .await;
+        let reply = act(&c, "/actions/tenants/globex/resume", "", true).await;
         assert_eq!(reply.status, StatusCode::OK);
         c.settle().await;
         assert_eq!(c.tenant("globex").await.phase(), Some(TenantPhase::Active));
-        let missing = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/nobody/suspend", "", SAME, true),
-        )
-        .await;
+        let missing = act(&c, "/actions/tenants/nobody/suspend", "", true).await;
         assert_eq!(missing.status, StatusCode::NOT_FOUND);
     })
 }
@@ -953,11 +909,7 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
     block_on(async {
         let c = cluster_with_tenants().await;
         c.log.clear();
-        let refused = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/acme/rotate", "", SAME, true),
-        )
-        .await;
+        let refused = act(&c, "/actions/tenants/acme/rotate", "", true).await;
         assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
         assert!(
             refused
@@ -973,11 +925,7 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
                 .contains(r#"action="/actions/tenants/globex/rotate""#),
             "a Rotate button on a provisioned tenant"
         );
-        let first = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/globex/rotate", "", SAME, true),
-        )
-        .await;
+        let first = act(&c, "/actions/tenants/globex/rotate", "", true).await;
         assert_eq!(first.status, StatusCode::OK, "{}", first.body);
         assert!(
             first
@@ -987,11 +935,7 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
             first.body
         );
         c.sync_stores().await;
-        let second = send(
-            dashboard_router(&c, false),
-            form_post("/actions/tenants/globex/rotate", "", SAME, true),
-        )
-        .await;
+        let second = act(&c, "/actions/tenants/globex/rotate", "", true).await;
         assert!(
             second
                 .body
@@ -1036,14 +980,11 @@ fn delete_names_the_reclaim_policy_and_needs_the_tenants_name_typed() {
         assert!(page.body.contains(r#"name="confirm_name""#));
         c.log.clear();
         for typed in ["", "acme", "globe"] {
-            let refused = send(
-                dashboard_router(&c, false),
-                form_post(
-                    "/actions/tenants/globex/delete",
-                    &format!("confirm_name={typed}"),
-                    SAME,
-                    true,
-                ),
+            let refused = act(
+                &c,
+                "/actions/tenants/globex/delete",
+                &format!("confirm_name={typed}"),
+                true,
             )
             .await;
             assert_eq!(
@@ -1060,14 +1001,11 @@ fn delete_names_the_reclaim_policy_and_needs_the_tenants_name_typed() {
             );
         }
         assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());
-        let done = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/globex/delete",
-                "confirm_name=globex",
-                SAME,
-                true,
-            ),
+        let done = act(
+            &c,
+            "/actions/tenants/globex/delete",
+            "confirm_name=globex",
+            true,
         )
         .await;
         assert_eq!(done.status, StatusCode::OK, "{}", done.body);
@@ -1090,14 +1028,11 @@ fn delete_names_the_reclaim_policy_and_needs_the_tenants_name_typed() {
 fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_nothing() {
     block_on(async {
         let c = Cluster::new().await;
-        let refused = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=acme&max_memory_per_query=4GB&queries_per_hour=10&return_to=%2Ftenants%2Fnew",
-                SAME,
-                false,
-            ),
+        let refused = act(
+            &c,
+            "/actions/tenants",
+            "name=acme&max_memory_per_query=4GB&queries_per_hour=10&return_to=%2Ftenants%2Fnew",
+            false,
         )
         .await;
         let location = refused.headers[header::LOCATION]
@@ -1114,14 +1049,11 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
         );
         assert!(form.body.contains("must be 1 to 9999 followed by Mi or Gi"));
 
-        let created = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants",
-                "name=acme&max_memory_per_query=2Gi&max_execution_seconds=&queries_per_hour=500",
-                SAME,
-                true,
-            ),
+        let created = act(
+            &c,
+            "/actions/tenants",
+            "name=acme&max_memory_per_query=2Gi&max_execution_seconds=&queries_per_hour=500",
+            true,
         )
         .await;
         assert_eq!(created.status, StatusCode::OK, "{}", created.body);
@@ -1151,14 +1083,11 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
         );
 
         // Without JavaScript a refused change comes back into the form with what was typed.
-        let refused = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/acme/limits",
-                "queries_per_hour=0&return_to=%2Ftenants%2Facme%3Fedit%3Dlimits",
-                SAME,
-                false,
-            ),
+        let refused = act(
+            &c,
+            "/actions/tenants/acme/limits",
+            "queries_per_hour=0&return_to=%2Ftenants%2Facme%3Fedit%3Dlimits",
+            false,
         )
         .await;
         let location = refused.headers[header::LOCATION]
@@ -1173,14 +1102,11 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
         );
 
         // Changed on the tenant page: a removed limit goes, a new one comes.
-        let changed = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/acme/limits",
-                "max_memory_per_query=&max_concurrent_queries=3&queries_per_hour=500",
-                SAME,
-                true,
-            ),
+        let changed = act(
+            &c,
+            "/actions/tenants/acme/limits",
+            "max_memory_per_query=&max_concurrent_queries=3&queries_per_hour=500",
+            true,
         )
         .await;
         assert_eq!(changed.status, StatusCode::OK, "{}", changed.body);
@@ -1197,40 +1123,31 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
 
         // Out of bounds: refused, the spec untouched; all empty: no limits at all.
         let before = c.log.writes().len();
-        let bad = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/acme/limits",
-                "max_concurrent_queries=1001",
-                SAME,
-                true,
-            ),
+        let bad = act(
+            &c,
+            "/actions/tenants/acme/limits",
+            "max_concurrent_queries=1001",
+            true,
         )
         .await;
         assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
         assert!(bad.body.contains("from 1 to 1000"), "{}", bad.body);
         let writes = c.log.writes();
         assert_eq!(writes.len(), before, "{writes:?}");
-        let cleared = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/acme/limits",
-                "queries_per_hour=",
-                SAME,
-                true,
-            ),
+        let cleared = act(
+            &c,
+            "/actions/tenants/acme/limits",
+            "queries_per_hour=",
+            true,
         )
         .await;
         assert_eq!(cleared.status, StatusCode::OK, "{}", cleared.body);
         assert_eq!(c.tenant("acme").await.spec.limits, None);
-        let missing = send(
-            dashboard_router(&c, false),
-            form_post(
-                "/actions/tenants/globex/limits",
-                "queries_per_hour=5",
-                SAME,
-                true,
-            ),
+        let missing = act(
+            &c,
+            "/actions/tenants/globex/limits",
+            "queries_per_hour=5",
+            true,
         )
         .await;
         assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.body);

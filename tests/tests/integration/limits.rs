@@ -54,15 +54,8 @@ async fn set_limits_runs(c: &Cluster) -> Vec<String> {
 }
 
 async fn report_limits(c: &Cluster, limits: serde_json::Value) {
-    let patch = json!({"status": {"appliedLimits": limits}});
-    c.tenants()
-        .patch_status(
-            "acme",
-            &Default::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    c.patch_tenant_status("acme", json!({"appliedLimits": limits}))
+        .await;
 }
 
 #[tokio::test]
