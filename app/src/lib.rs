@@ -5,6 +5,7 @@
 //! the dashboard works with JavaScript off.
 
 pub mod api;
+pub mod charts;
 pub mod components;
 pub mod forms;
 pub mod limits;

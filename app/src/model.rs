@@ -120,6 +120,8 @@ pub struct HistoryView {
     pub action: String,
     pub phase: String,
     pub message: String,
+    /// RFC 3339, when known.
+    pub started: Option<String>,
     pub finished: String,
     pub log_tail: Option<String>,
 }
@@ -154,6 +156,35 @@ pub struct PhaseCount {
     pub count: usize,
 }
 
+/// Runs that finished in one hour, by outcome.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct HourBucket {
+    /// RFC 3339, the hour's first second.
+    pub start: String,
+    pub succeeded: usize,
+    pub failed: usize,
+}
+
+/// How long one action's runs took.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ActionDurations {
+    pub action: String,
+    pub runs: usize,
+    pub median_seconds: i64,
+    pub p95_seconds: i64,
+}
+
+/// Something on the overview's "needs attention" list.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Attention {
+    pub tenant: String,
+    /// A few words: "Provisioning failed", "Terminating for 14 min".
+    pub what: String,
+    pub detail: String,
+    /// The tenant's or the run's page.
+    pub href: String,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Overview {
     pub tenants_by_phase: Vec<PhaseCount>,
@@ -163,6 +194,12 @@ pub struct Overview {
     pub cleaned_up_last_24h: usize,
     pub leader: Option<String>,
     pub version: String,
+    /// The last 24 hours, oldest first.
+    pub runs_per_hour: Vec<HourBucket>,
+    pub durations: Vec<ActionDurations>,
+    /// The first entries, most urgent first; `attention_total` counts them all.
+    pub attention: Vec<Attention>,
+    pub attention_total: usize,
 }
 
 /// What every page needs to know about the session: the server's clock (countdowns are computed against

@@ -2,6 +2,7 @@ use leptos::prelude::*;
 
 use super::load_error;
 use crate::api::get_overview;
+use crate::charts::{DurationsChart, PhaseChart, RunsPerHourChart};
 use crate::live::use_live;
 use crate::model::phase_class;
 
@@ -17,6 +18,25 @@ pub fn OverviewPage() -> impl IntoView {
                     match data.await {
                         Err(e) => load_error(e),
                         Ok((meta, o)) => view! {
+                            <h2 class="first">"Needs attention"</h2>
+                            {if o.attention.is_empty() {
+                                view! { <p class="all-well">"Nothing needs attention: no failed runs, no tenant stuck."</p> }.into_any()
+                            } else {
+                                let more = o.attention_total - o.attention.len();
+                                view! {
+                                    <ul class="attention">
+                                        {o.attention.into_iter().map(|a| view! {
+                                            <li>
+                                                <a href=a.href><strong>{a.tenant}</strong> " — " {a.what}</a>
+                                                <span class="muted">" " {a.detail}</span>
+                                            </li>
+                                        }).collect_view()}
+                                    </ul>
+                                    {(more > 0).then(|| view! { <p class="muted small">"and " {more} " more"</p> })}
+                                }.into_any()
+                            }}
+                            <h2>"Tenants"</h2>
+                            <PhaseChart phases=o.tenants_by_phase.clone() total=o.tenants_total/>
                             <div class="cards">
                                 <a class="card" href="/tenants">
                                     <span class="num">{o.tenants_total}</span>
@@ -43,6 +63,10 @@ pub fn OverviewPage() -> impl IntoView {
                                     <span class="label">"cleaned up (24 h)"</span>
                                 </div>
                             </div>
+                            <h2>"Runs per hour"</h2>
+                            <RunsPerHourChart hours=o.runs_per_hour/>
+                            <h2>"How long runs take"</h2>
+                            <DurationsChart durations=o.durations/>
                             <p class="muted small">
                                 "Namespace " <code>{meta.namespace}</code>
                                 " · leader " <code>{o.leader.unwrap_or_else(|| "none yet".into())}</code>

@@ -3,6 +3,7 @@ use leptos_router::hooks::use_params_map;
 
 use super::{RunsTable, load_error};
 use crate::api::get_tenant;
+use crate::charts::RunTimeline;
 use crate::components::{
     ConfirmDelete, ConfirmSuspend, Flash, LIMIT_FIELDS, LimitsFields, PhaseBadge, ReadyCell,
     TenantActions, limits_fields,
@@ -97,6 +98,7 @@ pub fn TenantPage() -> impl IntoView {
                             <h2>"Runs"</h2>
                             <RunsTable rows=d.runs server_now=meta.server_now.clone() empty="No run in progress or waiting for cleanup."/>
                             <h2>"History"</h2>
+                            <RunTimeline history=d.history.clone() now=meta.server_now.clone()/>
                             {if d.history.is_empty() {
                                 view! { <p class="muted">"No finished runs recorded yet."</p> }.into_any()
                             } else {

@@ -19,6 +19,7 @@ use sentry_tenants_app::model::{
     TENANT_PHASES, TenantDetail, TenantRow, paginate,
 };
 
+use super::insights;
 use crate::clock::Clock;
 use crate::controller::runjob::LOG_TAIL_LINES;
 use crate::controller::{Stores, cached_or_fetched};
@@ -243,7 +244,10 @@ impl Backend for ClusterBackend {
                 })
                 .collect();
             let runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
-            let since = self.clock.now() - SignedDuration::from_hours(24);
+            let now = self.clock.now();
+            let finished = insights::finished_runs(&tenants, &runs);
+            let (attention, attention_total) = insights::attention(&tenants, &runs, now);
+            let since = now - SignedDuration::from_hours(24);
             let recent = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0 >= since;
             let live_finished = runs
                 .iter()
@@ -275,6 +279,10 @@ impl Backend for ClusterBackend {
                 cleaned_up_last_24h: cleaned,
                 leader,
                 version: env!("CARGO_PKG_VERSION").to_owned(),
+                runs_per_hour: insights::runs_per_hour(&finished, now),
+                durations: insights::durations(&finished),
+                attention,
+                attention_total,
             }
         })
     }
@@ -335,6 +343,7 @@ impl Backend for ClusterBackend {
                         action: h.action.as_str().to_owned(),
                         phase: h.phase.as_str().to_owned(),
                         message: h.message.clone(),
+                        started: h.started_at.as_ref().map(time),
                         finished: time(&h.finished_at),
                         log_tail: h.log_tail.clone(),
                     })

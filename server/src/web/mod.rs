@@ -6,6 +6,7 @@ pub mod backend;
 pub mod dashboard;
 pub mod flash;
 pub mod hosts;
+pub mod insights;
 pub mod page_cache;
 pub mod serve;
 

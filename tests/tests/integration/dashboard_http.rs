@@ -1153,3 +1153,57 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
         assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.body);
     })
 }
+
+/// The overview's charts and its needs-attention list, rendered on the server from the caches.
+#[test]
+fn the_overview_charts_runs_and_phases_and_lists_what_needs_attention() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        // A run that failed and one that succeeded, both still listed.
+        c.create_run("acme", RunAction::Provision, "acme-provision-1")
+            .await;
+        c.create_run("globex", RunAction::Suspend, "globex-suspend-1")
+            .await;
+        c.settle().await;
+        c.job_running("acme-provision-1").await;
+        c.job_running("globex-suspend-1").await;
+        c.clock.advance(jiff::SignedDuration::from_secs(90));
+        c.job_failed(
+            "acme-provision-1",
+            "BackoffLimitExceeded",
+            "clickhouse unreachable",
+        )
+        .await;
+        c.job_succeeded("globex-suspend-1").await;
+        c.settle().await;
+
+        let page = get(dashboard_router(&c, false), "/").await;
+        assert_eq!(page.status, StatusCode::OK);
+        let body = &page.body;
+        assert!(body.contains("Needs attention"), "{body}");
+        assert!(
+            body.contains(r#"href="/tenants/acme""#) && body.contains("Provisioning failed"),
+            "the failed tenant is listed: {body}"
+        );
+        assert!(
+            body.contains(r#"href="/runs/acme-provision-1""#)
+                && body.contains("Provision run failed"),
+            "and its failed run: {body}"
+        );
+        assert!(
+            body.contains(
+                "2 runs finished in the last 24 hours, 1 of them failed; the busiest hour had 2 runs"
+            ),
+            "the runs chart's summary: {body}"
+        );
+        assert!(body.contains(r#"role="img""#) && body.contains("<svg"));
+        assert!(
+            body.contains("Provision: median 1m 30s, p95 1m 30s (1 runs)"),
+            "durations per action: {body}"
+        );
+        assert!(
+            body.contains("1 Active, 1 Failed"),
+            "tenants by phase: {body}"
+        );
+    })
+}

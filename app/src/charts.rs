@@ -1,0 +1,269 @@
+//! Server-rendered SVG charts: plain markup that reads without JavaScript and is re-rendered with the
+//! rest of the page when live data arrives. Each chart is an image with a text summary (its `<title>`
+//! and `<desc>`), each mark has its own `<title>`, and colour is never the only signal: the numbers
+//! are printed beside the marks.
+
+use leptos::prelude::*;
+
+use crate::model::{
+    ActionDurations, HistoryView, HourBucket, PhaseCount, human_duration, phase_class,
+};
+
+const WIDTH: f64 = 720.0;
+
+/// "10:00" of an RFC 3339 hour.
+fn hour_label(start: &str) -> String {
+    start.get(11..16).unwrap_or(start).to_owned()
+}
+
+/// Runs per hour over the last 24 hours: a stacked bar per hour, succeeded below, failed above.
+#[component]
+pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
+    let (height, top, bottom, left) = (150.0, 12.0, 22.0, 28.0);
+    let plot = height - top - bottom;
+    let most = hours
+        .iter()
+        .map(|h| h.succeeded + h.failed)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let total: usize = hours.iter().map(|h| h.succeeded + h.failed).sum();
+    let failed: usize = hours.iter().map(|h| h.failed).sum();
+    let slot = (WIDTH - left) / hours.len().max(1) as f64;
+    let summary = format!(
+        "{total} runs finished in the last 24 hours, {failed} of them failed; the busiest hour had {} runs",
+        most as usize * usize::from(total > 0)
+    );
+    let y = move |n: usize| top + plot - plot * n as f64 / most;
+    let bars = hours
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let x = left + i as f64 * slot + 1.0;
+            let w = (slot - 2.0).max(1.0);
+            let (ok_top, all_top) = (y(h.succeeded), y(h.succeeded + h.failed));
+            let label = format!(
+                "{} UTC: {} succeeded, {} failed",
+                hour_label(&h.start),
+                h.succeeded,
+                h.failed
+            );
+            let tick = (i % 6 == 0).then(|| {
+                view! { <text class="axis" x=x y=height - 6.0>{hour_label(&h.start)}</text> }
+            });
+            view! {
+                <g>
+                    <title>{label}</title>
+                    <rect class="bar ok" x=x y=ok_top width=w height=top + plot - ok_top/>
+                    <rect class="bar bad" x=x y=all_top width=w height=ok_top - all_top/>
+                    {tick}
+                </g>
+            }
+        })
+        .collect_view();
+    view! {
+        <figure class="chart">
+            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="runs-hour-title runs-hour-desc">
+                <title id="runs-hour-title">"Runs per hour, last 24 hours"</title>
+                <desc id="runs-hour-desc">{summary.clone()}</desc>
+                <text class="axis" x="0" y=top + 4.0>{most as usize}</text>
+                <text class="axis" x="0" y=top + plot>"0"</text>
+                <line class="grid-line" x1=left x2=WIDTH y1=top + plot y2=top + plot/>
+                {bars}
+            </svg>
+            <figcaption>
+                <span class="key ok">"succeeded"</span> " " <span class="key bad">"failed"</span>
+                " · " {summary}
+            </figcaption>
+        </figure>
+    }
+}
+
+/// How long runs take per action: the median as a bar, the 95th percentile as a lighter bar behind it.
+#[component]
+pub fn DurationsChart(durations: Vec<ActionDurations>) -> impl IntoView {
+    if durations.is_empty() {
+        return view! { <p class="muted">"No finished run with a start and end time yet."</p> }
+            .into_any();
+    }
+    let (row, label_w, value_w) = (26.0, 110.0, 170.0);
+    let height = row * durations.len() as f64 + 4.0;
+    let longest = durations
+        .iter()
+        .map(|d| d.p95_seconds)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let span = WIDTH - label_w - value_w;
+    let rows = durations
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let y = i as f64 * row + 4.0;
+            let w = |s: i64| (span * s as f64 / longest).max(2.0);
+            let text = format!(
+                "median {}, p95 {} ({} runs)",
+                human_duration(d.median_seconds),
+                human_duration(d.p95_seconds),
+                d.runs
+            );
+            view! {
+                <g>
+                    <title>{format!("{}: {text}", d.action)}</title>
+                    <text class="label" x="0" y=y + 15.0>{d.action.clone()}</text>
+                    <rect class="bar p95" x=label_w y=y width=w(d.p95_seconds) height=row - 8.0/>
+                    <rect class="bar median" x=label_w y=y + 4.0 width=w(d.median_seconds) height=row - 16.0/>
+                    <text class="value" x=WIDTH - value_w + 8.0 y=y + 15.0>{text}</text>
+                </g>
+            }
+        })
+        .collect_view();
+    let summary = durations
+        .iter()
+        .map(|d| {
+            format!(
+                "{} median {}, 95th percentile {}",
+                d.action,
+                human_duration(d.median_seconds),
+                human_duration(d.p95_seconds)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    view! {
+        <figure class="chart">
+            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="durations-title durations-desc">
+                <title id="durations-title">"Run duration per action"</title>
+                <desc id="durations-desc">{summary}</desc>
+                {rows}
+            </svg>
+            <figcaption><span class="key median">"median"</span> " " <span class="key p95">"95th percentile"</span></figcaption>
+        </figure>
+    }
+    .into_any()
+}
+
+/// Tenants by phase: one bar split by phase, each segment a link to the filtered list.
+#[component]
+pub fn PhaseChart(phases: Vec<PhaseCount>, total: usize) -> impl IntoView {
+    let height = 28.0;
+    let mut x = 0.0;
+    let segments = phases
+        .iter()
+        .filter(|p| p.count > 0)
+        .map(|p| {
+            let w = WIDTH * p.count as f64 / total.max(1) as f64;
+            let at = x;
+            x += w;
+            let class = format!(
+                "segment {}",
+                phase_class(&p.phase).trim_start_matches("badge ")
+            );
+            view! {
+                <a href=format!("/tenants?phase={}", p.phase)>
+                    <title>{format!("{}: {}", p.phase, p.count)}</title>
+                    <rect class=class x=at y="0" width=w height=height/>
+                </a>
+            }
+        })
+        .collect_view();
+    let summary = phases
+        .iter()
+        .filter(|p| p.count > 0)
+        .map(|p| format!("{} {}", p.count, p.phase))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let summary = if summary.is_empty() {
+        "no tenants".to_owned()
+    } else {
+        summary
+    };
+    view! {
+        <figure class="chart">
+            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="phases-title phases-desc">
+                <title id="phases-title">"Tenants by phase"</title>
+                <desc id="phases-desc">{summary.clone()}</desc>
+                {segments}
+            </svg>
+            <figcaption>{summary}</figcaption>
+        </figure>
+    }
+}
+
+/// A tenant's finished runs on one time axis, one lane per action, each run a mark from its start to
+/// its end (outcome as colour and in its title), up to `now`.
+#[component]
+pub fn RunTimeline(history: Vec<HistoryView>, now: String) -> impl IntoView {
+    let parse = |s: &str| s.parse::<jiff::Timestamp>().ok().map(|t| t.as_second());
+    let marks: Vec<(String, String, String, i64, i64)> = history
+        .iter()
+        .filter_map(|h| {
+            let end = parse(&h.finished)?;
+            let start = h.started.as_deref().and_then(parse).unwrap_or(end);
+            Some((
+                h.name.clone(),
+                h.action.clone(),
+                h.phase.clone(),
+                start.min(end),
+                end,
+            ))
+        })
+        .collect();
+    if marks.is_empty() {
+        return ().into_any();
+    }
+    let mut lanes: Vec<String> = Vec::new();
+    for (_, action, ..) in &marks {
+        if !lanes.contains(action) {
+            lanes.push(action.clone());
+        }
+    }
+    let first = marks.iter().map(|m| m.3).min().unwrap_or(0);
+    let last = parse(&now)
+        .unwrap_or(first)
+        .max(marks.iter().map(|m| m.4).max().unwrap_or(first));
+    let span = (last - first).max(1) as f64;
+    let (row, label_w) = (24.0, 110.0);
+    let height = row * lanes.len() as f64 + 22.0;
+    let x = move |t: i64| label_w + (WIDTH - label_w - 4.0) * (t - first) as f64 / span;
+    let lane_labels = lanes
+        .iter()
+        .enumerate()
+        .map(
+            |(i, l)| view! { <text class="label" x="0" y=i as f64 * row + 16.0>{l.clone()}</text> },
+        )
+        .collect_view();
+    let runs = marks
+        .iter()
+        .map(|(name, action, phase, start, end)| {
+            let lane = lanes.iter().position(|l| l == action).unwrap_or(0) as f64;
+            let class = format!("mark {}", phase_class(phase).trim_start_matches("badge "));
+            let took = human_duration(end - start);
+            view! {
+                <rect class=class x=x(*start) y=lane * row + 4.0 width=(x(*end) - x(*start)).max(4.0) height=row - 8.0>
+                    <title>{format!("{name}: {phase} after {took}")}</title>
+                </rect>
+            }
+        })
+        .collect_view();
+    let summary = format!(
+        "{} finished runs over {}: {} failed",
+        marks.len(),
+        human_duration(last - first),
+        marks.iter().filter(|m| m.2 == "Failed").count()
+    );
+    view! {
+        <figure class="chart">
+            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="timeline-title timeline-desc">
+                <title id="timeline-title">"Run history"</title>
+                <desc id="timeline-desc">{summary.clone()}</desc>
+                {lane_labels}
+                {runs}
+                <text class="axis" x=label_w y=height - 4.0>{human_duration(last - first)} " ago"</text>
+                <text class="axis end" x=WIDTH - 4.0 y=height - 4.0>"now"</text>
+            </svg>
+            <figcaption>{summary}</figcaption>
+        </figure>
+    }
+    .into_any()
+}
