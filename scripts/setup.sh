@@ -23,6 +23,8 @@ echo "setup: toolchain $toolchain with wasm32-unknown-unknown, clippy, rustfmt r
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
 command -v curl >/dev/null || missing+=(curl)
+# npm installs axe-core (below); machines of this kind come with Node.js and npm.
+command -v npm >/dev/null || missing+=(npm)
 [ -x /usr/sbin/clickhouse-server ] || missing+=(clickhouse-server)
 # Headless Chromium and its WebDriver for the dashboard's browser tests.
 [ -x /usr/bin/chromium ] || missing+=(chromium)
@@ -55,3 +57,11 @@ if ! "$venv/bin/python" -c "import chdb, sys; sys.exit(0 if chdb.__version__.sta
   "$venv/bin/pip" install -q --disable-pip-version-check "chdb-core==${chdb_version}"
 fi
 echo "setup: chdb-core $chdb_version ready in $venv"
+
+# axe-core (npm, pinned in tests/axe/package-lock.json) for the dashboard's accessibility checks in the
+# browser tests; its node_modules stay out of git.
+if [ ! -f tests/axe/node_modules/axe-core/axe.min.js ] \
+  || ! grep -q "\"version\": \"$(sed -n 's/.*"axe-core": "\(.*\)".*/\1/p' tests/axe/package.json)\"" tests/axe/node_modules/axe-core/package.json; then
+  npm ci --prefix tests/axe --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+fi
+echo "setup: axe-core $(sed -n 's/.*"version": "\(.*\)".*/\1/p' tests/axe/node_modules/axe-core/package.json | head -1) ready in tests/axe"

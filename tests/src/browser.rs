@@ -252,3 +252,37 @@ impl Drop for Relay {
         self.task.abort();
     }
 }
+
+/// axe-core's rules for WCAG 2.0 and 2.1, levels A and AA.
+pub const WCAG_AA: [&str; 4] = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"];
+
+/// Runs axe-core (npm, `tests/axe`, installed by `scripts/setup.sh`) on the page the browser shows, for
+/// [`WCAG_AA`]; one line per violation: rule, help text and the elements it found.
+pub async fn axe_violations(client: &Client) -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/axe/node_modules/axe-core/axe.min.js"
+    );
+    let source = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!("{path}: {e} (run `bash scripts/setup.sh`: it installs axe-core)")
+    });
+    // WebDriver scripts run outside the page's Content-Security-Policy, as a browser extension would.
+    client
+        .execute(&format!("{source}\nreturn typeof axe;"), vec![])
+        .await
+        .expect("load axe-core");
+    let tags = serde_json::json!(WCAG_AA);
+    let run = r#"
+        const done = arguments[arguments.length - 1];
+        axe.run(document, { runOnly: { type: 'tag', values: arguments[0] }, resultTypes: ['violations'] })
+          .then(r => done(r.violations.map(v =>
+              v.id + ' (' + v.impact + '): ' + v.help + ' — ' +
+              v.nodes.map(n => n.target.join(' ')).join(', '))))
+          .catch(e => done(['axe-core failed: ' + e]));
+    "#;
+    let answer = client
+        .execute_async(run, vec![tags])
+        .await
+        .expect("run axe-core");
+    serde_json::from_value(answer).expect("a list of violations")
+}

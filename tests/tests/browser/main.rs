@@ -4,6 +4,7 @@
 //! A test binary of its own: cargo runs test binaries one after another, so the heavy drills of the
 //! integration binary never share the two cores with Chromium; inside it, the tests take turns.
 
+mod a11y;
 mod on_cluster;
 
 use fantoccini::{Client, Locator};

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod dashboard;
+mod insights;
 mod install;
 mod memory;
 mod reconcile;
@@ -51,6 +52,7 @@ fn main() -> anyhow::Result<()> {
             ));
             eprintln!("bench: dashboard at {n} tenants");
             sections.push(dashboard::measure(&fleet.cluster, n).await);
+            sections.push(insights::measure(&fleet.cluster, n).await);
             if n == *scales.last().unwrap() {
                 eprintln!("bench: SSE fan-out");
                 sections.push(sse::measure(&fleet.cluster).await);

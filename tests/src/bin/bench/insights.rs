@@ -1,0 +1,58 @@
+//! The overview's charts and needs-attention list (`web::insights`) over N tenants and their runs:
+//! what one overview render spends on them, beside the cost of merely walking the same objects.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sentry_tenants::web::insights;
+use sentry_tenants_tests::Cluster;
+
+use crate::figure;
+use crate::report::{Goal, Section};
+
+const ROUNDS: usize = 21;
+
+/// Median of `ROUNDS` timings of `work`, in milliseconds.
+fn median_ms(mut work: impl FnMut() -> usize) -> (f64, usize) {
+    let mut times = Vec::with_capacity(ROUNDS);
+    let mut seen = 0;
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        seen = std::hint::black_box(work());
+        times.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    (times[ROUNDS / 2], seen)
+}
+
+pub async fn measure(c: &Cluster, n: usize) -> Section {
+    let tenants: Vec<_> = c.tenants().list(&Default::default()).await.unwrap().items;
+    let runs: Vec<_> = c.runjobs().list(&Default::default()).await.unwrap().items;
+    let tenants: Vec<_> = tenants.into_iter().map(Arc::new).collect();
+    let runs: Vec<_> = runs.into_iter().map(Arc::new).collect();
+    let now = jiff::Timestamp::now();
+    let (walk, _) = median_ms(|| {
+        tenants.iter().map(|t| t.history().len()).sum::<usize>()
+            + runs.iter().filter(|r| r.is_in_flight()).count()
+    });
+    let (all, records) = median_ms(|| {
+        let finished = insights::finished_runs(&tenants, &runs);
+        let hours = insights::runs_per_hour(&finished, now);
+        let durations = insights::durations(&finished);
+        let (attention, _) = insights::attention(&tenants, &runs, now);
+        finished.len() + hours.len() + durations.len() + attention.len()
+    });
+    Section::new(
+        format!("Overview charts and attention list, {n} tenants"),
+        vec![
+            figure("charts + attention list, median of 21", all, "ms")
+                .goal(Goal::AtMost(50.0))
+                .note(format!(
+                    "{} tenants, {} runs, {records} records out",
+                    tenants.len(),
+                    runs.len()
+                )),
+            figure("baseline: walking the same objects", walk, "ms"),
+        ],
+    )
+}
