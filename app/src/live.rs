@@ -58,11 +58,38 @@ mod browser {
         );
         tick.forget();
 
-        // EventSource reconnects by itself after a drop; `open` fires again then, and the refetch it
-        // triggers replaces whatever the page showed.
-        let Ok(events) = web_sys::EventSource::new("/events") else {
-            return;
-        };
+        // A page the browser keeps for Back (the back/forward cache) must not keep its stream: over
+        // HTTP/1.1 a browser opens at most six connections to one host, so six kept pages would stall
+        // the seventh load until one times out. Closed when the page is hidden, opened again if it comes
+        // back; a fresh stream's `open` refetches, so what it shows is current.
+        let stream = std::rc::Rc::new(std::cell::RefCell::new(connect(live)));
+        let held = stream.clone();
+        let on_hide = Closure::<dyn FnMut()>::new(move || {
+            if let Some(events) = held.borrow_mut().take() {
+                events.close();
+                live.connected.set(false);
+            }
+        });
+        let _ =
+            window.add_event_listener_with_callback("pagehide", on_hide.as_ref().unchecked_ref());
+        on_hide.forget();
+        let on_show = Closure::<dyn FnMut(web_sys::PageTransitionEvent)>::new(
+            move |e: web_sys::PageTransitionEvent| {
+                let mut held = stream.borrow_mut();
+                if e.persisted() && held.is_none() {
+                    *held = connect(live);
+                }
+            },
+        );
+        let _ =
+            window.add_event_listener_with_callback("pageshow", on_show.as_ref().unchecked_ref());
+        on_show.forget();
+    }
+
+    /// Opens `/events`. EventSource reconnects by itself after a drop; `open` fires again then, and the
+    /// refetch it triggers replaces whatever the page showed.
+    fn connect(live: Live) -> Option<web_sys::EventSource> {
+        let events = web_sys::EventSource::new("/events").ok()?;
         let on_change = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_| {
             live.version.update(|v| *v += 1)
         });
@@ -77,6 +104,6 @@ mod browser {
         let on_error = Closure::<dyn FnMut()>::new(move || live.connected.set(false));
         events.set_onerror(Some(on_error.as_ref().unchecked_ref()));
         on_error.forget();
-        std::mem::forget(events);
+        Some(events)
     }
 }

@@ -55,11 +55,26 @@ impl Driver {
 
     /// A browser session; `javascript: false` turns scripts off for the whole profile.
     pub async fn session(&self, javascript: bool) -> Client {
+        self.session_with(javascript, false).await
+    }
+
+    /// [`Self::session`] with the system's colour scheme dark (`prefers-color-scheme: dark`) when `dark`.
+    pub async fn session_with(&self, javascript: bool, dark: bool) -> Client {
         let mut prefs = json!({});
         if !javascript {
             prefs = json!({"profile.managed_default_content_settings.javascript": 2});
         }
-        let profile = self.profile.join(if javascript { "js" } else { "nojs" });
+        let profile = self.profile.join(match (javascript, dark) {
+            (true, false) => "js",
+            (false, false) => "nojs",
+            (true, true) => "js-dark",
+            (false, true) => "nojs-dark",
+        });
+        let scheme = if dark {
+            "--force-dark-mode"
+        } else {
+            "--no-default-browser-check"
+        };
         let caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -67,7 +82,7 @@ impl Driver {
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                     "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--window-size=1280,900", format!("--user-data-dir={}", profile.display()),
+                    "--window-size=1280,900", format!("--user-data-dir={}", profile.display()), scheme,
                 ],
                 "prefs": prefs,
             }
@@ -94,7 +109,70 @@ impl Drop for Driver {
 pub struct Served {
     pub url: String,
     pub cluster: Arc<Cluster>,
+    /// The `/events` streams the server is sending.
+    pub streams: Arc<StreamGauge>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// How many `/events` streams are open now, and the most ever open at once.
+#[derive(Default)]
+pub struct StreamGauge {
+    open: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl StreamGauge {
+    pub fn open(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Counts a response body while it is being sent: one more when made, one fewer when dropped (the
+/// browser closed the stream, or the server ended it).
+struct Counted(Arc<StreamGauge>);
+
+impl Counted {
+    fn new(gauge: &Arc<StreamGauge>) -> Self {
+        let now = gauge.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        gauge
+            .peak
+            .fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+        Self(Arc::clone(gauge))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `router` with its `/events` responses counted in `gauge`.
+fn counting_streams(router: axum::Router, gauge: Arc<StreamGauge>) -> axum::Router {
+    use futures::StreamExt;
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let gauge = Arc::clone(&gauge);
+            async move {
+                let counted = (request.uri().path() == "/events").then(|| Counted::new(&gauge));
+                let response = next.run(request).await;
+                match counted {
+                    None => response,
+                    Some(counted) => response.map(|body| {
+                        axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+                            let _held = &counted;
+                            chunk
+                        }))
+                    }),
+                }
+            }
+        },
+    ))
 }
 
 impl Served {
@@ -102,7 +180,11 @@ impl Served {
     /// time: a run finished just before keeps its whole TTL, whatever today's date is.
     pub async fn start(cluster: Cluster, read_only: bool) -> Self {
         let cluster = Arc::new(cluster);
-        let router = crate::dashboard::dashboard_router(&cluster, read_only);
+        let streams = Arc::new(StreamGauge::default());
+        let router = counting_streams(
+            crate::dashboard::dashboard_router(&cluster, read_only),
+            Arc::clone(&streams),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
@@ -123,6 +205,7 @@ impl Served {
         Self {
             url,
             cluster,
+            streams,
             tasks: vec![server, operator],
         }
     }

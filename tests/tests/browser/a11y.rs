@@ -1,14 +1,14 @@
 //! Accessibility: axe-core (npm) inside Chromium on every page of the dashboard in each state it can
 //! be in — lists empty and full, filtered, a tenant Pending, Active, Suspended, Failed and Terminating
 //! with history, each confirmation and form open, a refused form, a run, a page that does not exist —
-//! hydrated and live: zero violations of WCAG 2.1 A and AA. A page without JavaScript is the same
+//! hydrated and live, in the light and the dark theme: zero violations of WCAG 2.1 A and AA. A page without JavaScript is the same
 //! server-rendered markup before hydration; axe-core itself cannot run there (Chromium with scripts
 //! off runs none, a WebDriver script's timers included).
 
 use jiff::SignedDuration;
 use sentry_tenants::crd::RunAction;
 use sentry_tenants_tests::browser::{
-    Driver, Served, axe_violations, one_browser_at_a_time, wait_live,
+    Driver, Served, axe_violations, one_browser_at_a_time, screenshot, wait_live,
 };
 use sentry_tenants_tests::{Cluster, block_on};
 
@@ -77,15 +77,37 @@ fn every_page_in_every_state_has_no_wcag_2_1_aa_violation() {
         let driver = Driver::start();
         let served = Served::start(cluster_in_every_state().await, false).await;
         let mut found = Vec::new();
-        let b = driver.session(true).await;
-        for page in PAGES {
-            b.goto(&served.at(page)).await.unwrap();
-            wait_live(&b).await;
-            for v in axe_violations(&b).await {
-                found.push(format!("{page}: {v}"));
+        for dark in [false, true] {
+            let b = driver.session_with(true, dark).await;
+            let theme = if dark { "dark" } else { "light" };
+            for page in PAGES {
+                b.goto(&served.at(page)).await.unwrap();
+                wait_live(&b).await;
+                let scheme = b
+                    .execute(
+                        "return matchMedia('(prefers-color-scheme: dark)').matches",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    scheme, dark,
+                    "{page}: the browser's colour scheme is {theme}"
+                );
+                for v in axe_violations(&b).await {
+                    found.push(format!("{page} ({theme}): {v}"));
+                }
             }
+            if dark {
+                b.goto(&served.at("/tenants/active")).await.unwrap();
+                wait_live(&b).await;
+                screenshot(&b, "tenant-detail-dark").await;
+                b.goto(&served.at("/")).await.unwrap();
+                wait_live(&b).await;
+                screenshot(&b, "overview-dark").await;
+            }
+            b.close().await.unwrap();
         }
-        b.close().await.unwrap();
         // An empty dashboard too: the lists' empty states.
         let empty = Served::start(Cluster::new().await, false).await;
         let b = driver.session(true).await;

@@ -458,3 +458,41 @@ fn live_updates_resume_after_a_dropped_connection_without_duplicate_rows() {
         b.close().await.unwrap();
     })
 }
+
+/// A browser keeps recent pages for Back (the back/forward cache); a kept page must not keep its event
+/// stream, or after six full page loads every connection the browser allows to one host (HTTP/1.1) is
+/// held by a stream and the seventh load stalls until one times out. It did: the accessibility test's
+/// seventh page took a minute.
+#[test]
+fn pages_left_behind_close_their_event_streams() {
+    let _turn = one_browser_at_a_time();
+    block_on(async {
+        let driver = Driver::start();
+        let served = Served::start(Cluster::new().await, false).await;
+        let b = driver.session(true).await;
+        let pages = ["/", "/tenants", "/runs", "/tenants/new"];
+        for page in pages.iter().cycle().take(9) {
+            b.goto(&served.at(page)).await.unwrap();
+            wait_live(&b).await;
+        }
+        // The page left behind closes its stream as the next one opens its own: never more than two
+        // at once (kept streams would pile up to six, and the seventh load would stall).
+        assert!(
+            served.streams.peak() <= 2,
+            "{} event streams were open at once",
+            served.streams.peak()
+        );
+        eventually("one event stream open: the current page's", || async {
+            served.streams.open() == 1
+        })
+        .await;
+        // Back to a kept page: it opens its stream again and is live.
+        b.back().await.unwrap();
+        wait_live(&b).await;
+        eventually("the page brought back is live on one stream", || async {
+            served.streams.open() == 1
+        })
+        .await;
+        b.close().await.unwrap();
+    })
+}
