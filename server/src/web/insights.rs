@@ -28,31 +28,31 @@ pub struct Finished {
 }
 
 pub fn finished_runs(tenants: &[Arc<Tenant>], runs: &[Arc<RunJob>]) -> Vec<Finished> {
-    let mut seen = HashSet::new();
     let mut out = Vec::new();
-    for t in tenants {
-        for h in t.history() {
-            if seen.insert(h.uid.clone()) {
-                out.push(Finished {
-                    action: h.action,
-                    phase: h.phase,
-                    started: h.started_at.as_ref().map(|t| t.0),
-                    finished: h.finished_at.0,
-                });
-            }
-        }
-    }
+    // Live runs first; a history record of one of them (recorded just before its cleanup) is skipped.
+    let mut live = HashSet::new();
     for r in runs {
         let Some(status) = &r.status else { continue };
         let (Some(phase), Some(done)) = (status.phase, &status.completion_time) else {
             continue;
         };
-        if phase.is_finished() && seen.insert(r.uid().unwrap_or_default()) {
+        if phase.is_finished() {
+            live.insert(r.metadata.uid.as_deref().unwrap_or_default());
             out.push(Finished {
                 action: r.spec.action,
                 phase,
                 started: status.start_time.as_ref().map(|t| t.0),
                 finished: done.0,
+            });
+        }
+    }
+    for h in tenants.iter().flat_map(|t| t.history()) {
+        if !live.contains(h.uid.as_str()) {
+            out.push(Finished {
+                action: h.action,
+                phase: h.phase,
+                started: h.started_at.as_ref().map(|t| t.0),
+                finished: h.finished_at.0,
             });
         }
     }
@@ -90,24 +90,28 @@ pub fn runs_per_hour(finished: &[Finished], now: Timestamp) -> Vec<HourBucket> {
 /// Median and 95th percentile (nearest rank) of how long each action's runs took, for the actions
 /// that have any, in [`RunAction::ALL`] order.
 pub fn durations(finished: &[Finished]) -> Vec<ActionDurations> {
+    let mut by_action: Vec<Vec<i64>> = vec![Vec::new(); RunAction::ALL.len()];
+    for f in finished {
+        let (Some(started), Some(i)) = (
+            f.started,
+            RunAction::ALL.iter().position(|a| *a == f.action),
+        ) else {
+            continue;
+        };
+        by_action[i].push(f.finished.duration_since(started).as_secs().max(0));
+    }
     RunAction::ALL
         .iter()
-        .filter_map(|action| {
-            let mut seconds: Vec<i64> = finished
-                .iter()
-                .filter(|f| f.action == *action)
-                .filter_map(|f| Some(f.finished.duration_since(f.started?).as_secs().max(0)))
-                .collect();
-            if seconds.is_empty() {
-                return None;
-            }
+        .zip(by_action)
+        .filter(|(_, seconds)| !seconds.is_empty())
+        .map(|(action, mut seconds)| {
             seconds.sort_unstable();
-            Some(ActionDurations {
+            ActionDurations {
                 action: action.as_str().to_owned(),
                 runs: seconds.len(),
                 median_seconds: nearest_rank(&seconds, 50),
                 p95_seconds: nearest_rank(&seconds, 95),
-            })
+            }
         })
         .collect()
 }

@@ -1,9 +1,13 @@
-//! The overview's charts and needs-attention list (`web::insights`) over N tenants and their runs:
+//! The overview's charts and needs-attention list (`web::insights`) over N tenants and their runs, each
+//! tenant carrying a full history (20 finished runs, one in five failed: the most the status keeps),
 //! what one overview render spends on them, beside the cost of merely walking the same objects.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use sentry_tenants::controller::HISTORY_LIMIT;
+use sentry_tenants::crd::{RunAction, RunPhase, RunRecord, Tenant};
 use sentry_tenants::web::insights;
 use sentry_tenants_tests::Cluster;
 
@@ -25,12 +29,43 @@ fn median_ms(mut work: impl FnMut() -> usize) -> (f64, usize) {
     (times[ROUNDS / 2], seen)
 }
 
+/// `t` with [`HISTORY_LIMIT`] finished runs over the last day, one in five failed.
+fn with_full_history(mut t: Tenant, now: jiff::Timestamp) -> Tenant {
+    let name = t.metadata.name.clone().unwrap_or_default();
+    let history = (0..HISTORY_LIMIT)
+        .map(|i| {
+            let finished = now - jiff::SignedDuration::from_mins(70 * i as i64);
+            RunRecord {
+                name: format!("{name}-suspend-{i}"),
+                uid: format!("{name}-{i}"),
+                action: RunAction::ALL[i % RunAction::ALL.len()],
+                phase: if i % 5 == 0 {
+                    RunPhase::Failed
+                } else {
+                    RunPhase::Succeeded
+                },
+                message: String::new(),
+                started_at: Some(Time(
+                    finished - jiff::SignedDuration::from_secs(5 + i as i64),
+                )),
+                finished_at: Time(finished),
+                log_tail: None,
+            }
+        })
+        .collect();
+    t.status.get_or_insert_with(Default::default).history = history;
+    t
+}
+
 pub async fn measure(c: &Cluster, n: usize) -> Section {
     let tenants: Vec<_> = c.tenants().list(&Default::default()).await.unwrap().items;
     let runs: Vec<_> = c.runjobs().list(&Default::default()).await.unwrap().items;
-    let tenants: Vec<_> = tenants.into_iter().map(Arc::new).collect();
-    let runs: Vec<_> = runs.into_iter().map(Arc::new).collect();
     let now = jiff::Timestamp::now();
+    let tenants: Vec<_> = tenants
+        .into_iter()
+        .map(|t| Arc::new(with_full_history(t, now)))
+        .collect();
+    let runs: Vec<_> = runs.into_iter().map(Arc::new).collect();
     let (walk, _) = median_ms(|| {
         tenants.iter().map(|t| t.history().len()).sum::<usize>()
             + runs.iter().filter(|r| r.is_in_flight()).count()

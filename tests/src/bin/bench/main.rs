@@ -40,6 +40,23 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_default(),
         None => SCALES.to_vec(),
     };
+    // `bench --only insights [--scales …]`: that section alone, printed (BENCHMARKS.md untouched).
+    if args
+        .windows(2)
+        .any(|w| w[0] == "--only" && w[1] == "insights")
+    {
+        sentry_tenants_tests::block_on(async {
+            for &n in &scales {
+                let fleet = sentry_tenants_tests::fleet::Fleet::with_provision_runs(n).await;
+                let section = insights::measure(&fleet.cluster, n).await;
+                println!(
+                    "{}",
+                    report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
+                );
+            }
+        });
+        return Ok(());
+    }
     let started = std::time::Instant::now();
     let mut sections: Vec<Section> = Vec::new();
     sentry_tenants_tests::block_on(async {
