@@ -61,21 +61,17 @@ pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
             }
         })
         .collect_view();
+    let caption = view! {
+        <span class="key ok">"succeeded"</span> " " <span class="key bad">"failed"</span>
+        " · " {summary.clone()}
+    };
     view! {
-        <figure class="chart">
-            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="runs-hour-title runs-hour-desc">
-                <title id="runs-hour-title">"Runs per hour, last 24 hours"</title>
-                <desc id="runs-hour-desc">{summary.clone()}</desc>
-                <text class="axis" x="0" y=top + 4.0>{most as usize}</text>
-                <text class="axis" x="0" y=top + plot>"0"</text>
-                <line class="grid-line" x1=left x2=WIDTH y1=top + plot y2=top + plot/>
-                {bars}
-            </svg>
-            <figcaption>
-                <span class="key ok">"succeeded"</span> " " <span class="key bad">"failed"</span>
-                " · " {summary}
-            </figcaption>
-        </figure>
+        <Chart id="runs-hour" title="Runs per hour, last 24 hours" summary height caption=caption.into_any()>
+            <text class="axis" x="0" y=top + 4.0>{most as usize}</text>
+            <text class="axis" x="0" y=top + plot>"0"</text>
+            <line class="grid-line" x1=left x2=WIDTH y1=top + plot y2=top + plot/>
+            {bars}
+        </Chart>
     }
 }
 
@@ -130,15 +126,13 @@ pub fn DurationsChart(durations: Vec<ActionDurations>) -> impl IntoView {
         })
         .collect::<Vec<_>>()
         .join("; ");
+    let caption = view! {
+        <span class="key median">"median"</span> " " <span class="key p95">"95th percentile"</span>
+    };
     view! {
-        <figure class="chart">
-            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="durations-title durations-desc">
-                <title id="durations-title">"Run duration per action"</title>
-                <desc id="durations-desc">{summary}</desc>
-                {rows}
-            </svg>
-            <figcaption><span class="key median">"median"</span> " " <span class="key p95">"95th percentile"</span></figcaption>
-        </figure>
+        <Chart id="durations" title="Run duration per action" summary height caption=caption.into_any()>
+            {rows}
+        </Chart>
     }
     .into_any()
 }
@@ -183,15 +177,15 @@ pub fn PhaseChart(phases: Vec<PhaseCount>, total: usize) -> impl IntoView {
             }
         })
         .collect_view();
+    let caption = if shown.is_empty() {
+        view! { "no tenants" }.into_any()
+    } else {
+        links.into_any()
+    };
     view! {
-        <figure class="chart">
-            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="phases-title phases-desc">
-                <title id="phases-title">"Tenants by phase"</title>
-                <desc id="phases-desc">{summary}</desc>
-                {segments}
-            </svg>
-            <figcaption>{if shown.is_empty() { view! { "no tenants" }.into_any() } else { links.into_any() }}</figcaption>
-        </figure>
+        <Chart id="phases" title="Tenants by phase" summary height caption>
+            {segments}
+        </Chart>
     }
 }
 
@@ -257,18 +251,39 @@ pub fn RunTimeline(history: Vec<HistoryView>, now: String) -> impl IntoView {
         human_duration(last - first),
         marks.iter().filter(|m| m.2 == "Failed").count()
     );
+    let caption = view! { {summary.clone()} }.into_any();
     view! {
-        <figure class="chart">
-            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby="timeline-title timeline-desc">
-                <title id="timeline-title">"Run history"</title>
-                <desc id="timeline-desc">{summary.clone()}</desc>
-                {lane_labels}
-                {runs}
-                <text class="axis" x=label_w y=height - 4.0>{human_duration(last - first)} " ago"</text>
-                <text class="axis end" x=WIDTH - 4.0 y=height - 4.0>"now"</text>
-            </svg>
-            <figcaption>{summary}</figcaption>
-        </figure>
+        <Chart id="timeline" title="Run history" summary height caption>
+            {lane_labels}
+            {runs}
+            <text class="axis" x=label_w y=height - 4.0>{human_duration(last - first)} " ago"</text>
+            <text class="axis end" x=WIDTH - 4.0 y=height - 4.0>"now"</text>
+        </Chart>
     }
     .into_any()
+}
+
+/// A chart: an SVG image named by `title` and described by `summary` (what a screen reader reads),
+/// `children` its marks, `caption` under it.
+#[component]
+fn Chart(
+    id: &'static str,
+    title: &'static str,
+    summary: String,
+    height: f64,
+    caption: AnyView,
+    children: Children,
+) -> impl IntoView {
+    let (title_id, desc_id) = (format!("{id}-title"), format!("{id}-desc"));
+    let labelled_by = format!("{title_id} {desc_id}");
+    view! {
+        <figure class="chart">
+            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby=labelled_by>
+                <title id=title_id>{title}</title>
+                <desc id=desc_id>{summary}</desc>
+                {children()}
+            </svg>
+            <figcaption>{caption}</figcaption>
+        </figure>
+    }
 }
