@@ -129,6 +129,7 @@ pub fn ConfirmDelete(row: TenantRow, read_only: bool) -> impl IntoView {
         (asked && !read_only && row.can_delete()).then(|| {
             let name = row.name.clone();
             let back = format!("/tenants/{name}");
+            focus_when_shown("confirm_name");
             view! {
                 <div class="confirm" role="dialog" aria-label="Confirm delete">
                     <p>"Delete " <strong>{name.clone()}</strong> "? " {row.delete_consequence()}</p>
@@ -144,6 +145,25 @@ pub fn ConfirmDelete(row: TenantRow, read_only: bool) -> impl IntoView {
     }
 }
 
+/// Moves the keyboard focus to the element `id` once it is on the page: a confirmation opened by a
+/// client-side navigation gets no `autofocus` (browsers honour it on a page's first load only), and a
+/// keyboard user must land inside it, not at the top of the page.
+fn focus_when_shown(id: &'static str) {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        use wasm_bindgen::JsCast;
+        let element = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id(id))
+            .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+        if let Some(element) = element {
+            let _ = element.focus();
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = id;
+}
+
 /// The confirmation box for a destructive action requested with `?confirm=suspend&tenant=…`.
 #[component]
 pub fn ConfirmSuspend(read_only: bool, #[prop(into)] back: String) -> impl IntoView {
@@ -154,11 +174,12 @@ pub fn ConfirmSuspend(read_only: bool, #[prop(into)] back: String) -> impl IntoV
             .get("tenant")
             .filter(|_| q.get("confirm").as_deref() == Some("suspend") && !read_only)?;
         let back = back.clone();
+        focus_when_shown("confirm_suspend");
         Some(view! {
             <div class="confirm" role="dialog" aria-label="Confirm suspend">
                 <p>"Suspend " <strong>{tenant.clone()}</strong> "? Its ClickHouse logins will be locked until it is resumed."</p>
                 <PostForm action=format!("/actions/tenants/{tenant}/suspend") return_to=back.clone()>
-                    <button type="submit" class="btn danger">"Suspend " {tenant.clone()}</button>
+                    <button type="submit" id="confirm_suspend" class="btn danger">"Suspend " {tenant.clone()}</button>
                     <a class="btn" href=back.clone()>"Cancel"</a>
                 </PostForm>
             </div>

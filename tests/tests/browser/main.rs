@@ -496,3 +496,46 @@ fn pages_left_behind_close_their_event_streams() {
         b.close().await.unwrap();
     })
 }
+
+/// Whether the keyboard focus is on an element matching `css`.
+async fn focused(b: &Client, css: &str) -> bool {
+    b.execute(
+        "return !!document.activeElement && document.activeElement.matches(arguments[0])",
+        vec![serde_json::json!(css)],
+    )
+    .await
+    .unwrap()
+        == true
+}
+
+/// A confirmation opened within the page (a client-side navigation, where `autofocus` does nothing)
+/// takes the keyboard focus: Suspend's on its button, Delete's on the field for the tenant's name.
+#[test]
+fn a_confirmation_takes_the_keyboard_focus_when_it_opens() {
+    let _turn = one_browser_at_a_time();
+    block_on(async {
+        let driver = Driver::start();
+        let c = Cluster::new().await;
+        c.create_tenant("acme").await;
+        c.report_provisioned("acme").await;
+        c.settle().await;
+        let served = Served::start(c, false).await;
+        let b = driver.session(true).await;
+        b.goto(&served.at("/tenants/acme")).await.unwrap();
+        wait_live(&b).await;
+        mark_page(&b).await;
+        click(&b, ".actions a[href*='confirm=suspend']").await;
+        eventually("the focus on the Suspend confirmation's button", || async {
+            focused(&b, ".confirm #confirm_suspend").await
+        })
+        .await;
+        click(&b, ".confirm a.btn").await; // Cancel
+        click(&b, ".actions a[href$='?confirm=delete']").await;
+        eventually("the focus on the name to type", || async {
+            focused(&b, ".confirm #confirm_name").await
+        })
+        .await;
+        assert!(same_page(&b).await, "both opened without a page load");
+        b.close().await.unwrap();
+    })
+}
