@@ -23,12 +23,26 @@ impl ClickHouseServer {
         Self::start_on("127.0.0.1")
     }
 
-    /// Listening on `host`, accepting the admin from anywhere on this machine's networks.
+    /// Listening on `host`, accepting the admin from anywhere on this machine's networks. A port
+    /// picked free can be taken by another test before the server binds it; the server then exits
+    /// saying so, and is started again on other ports.
     pub fn start_on(host: &str) -> Self {
         assert!(
             std::path::Path::new(BINARY).exists(),
             "{BINARY} is missing: run `bash scripts/setup.sh` (it installs Debian's clickhouse-server)"
         );
+        for _ in 0..5 {
+            let mut server = Self::launch(host);
+            match server.wait_until_up() {
+                Ok(()) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("clickhouse-server did not come up; error.log:\n{log}"),
+            }
+        }
+        panic!("clickhouse-server found its ports taken five times in a row");
+    }
+
+    fn launch(host: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sentry-tenants-ch-{}-{}",
             std::process::id(),
@@ -94,21 +108,23 @@ impl ClickHouseServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("start clickhouse-server");
-        let server = Self {
+        Self {
             child,
             dir,
             http_port,
             host: host.to_owned(),
-        };
-        server.wait_until_up();
-        server
+        }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}:{}", self.host, self.http_port)
     }
 
-    fn wait_until_up(&self) {
+    /// Waits for `/ping` to answer; the server's error log if it exited (or never answered).
+    fn wait_until_up(&mut self) -> Result<(), String> {
+        let log = |dir: &std::path::Path| {
+            std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Ok(mut s) = std::net::TcpStream::connect((self.host.as_str(), self.http_port)) {
@@ -117,13 +133,15 @@ impl ClickHouseServer {
                 let mut out = String::new();
                 let _ = s.read_to_string(&mut out);
                 if out.ends_with("Ok.\n") {
-                    return;
+                    return Ok(());
                 }
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return Err(log(&self.dir));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
-        panic!("clickhouse-server did not come up within 60s; error.log:\n{log}");
+        Err(format!("(no answer within 60 s)\n{}", log(&self.dir)))
     }
 }
 
