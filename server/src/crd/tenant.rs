@@ -93,6 +93,21 @@ impl TenantLimits {
         *self == Self::default()
     }
 
+    /// The value that replaces a `limits` field whole in a JSON merge patch: null removes the field,
+    /// and an object replaces only the keys it names, so each key is named (null when unset) and a
+    /// limit taken away goes.
+    pub fn merge_patch_value(&self) -> serde_json::Value {
+        if self.is_empty() {
+            return serde_json::Value::Null;
+        }
+        serde_json::json!({
+            "maxMemoryPerQuery": self.max_memory_per_query,
+            "maxExecutionSeconds": self.max_execution_seconds,
+            "maxConcurrentQueries": self.max_concurrent_queries,
+            "queriesPerHour": self.queries_per_hour,
+        })
+    }
+
     /// `maxMemoryPerQuery` in bytes; `None` when unset (or, on an object written around the schema,
     /// unreadable: then it is not enforced, and the provisioner says so).
     pub fn memory_bytes(&self) -> Option<u64> {
@@ -371,5 +386,27 @@ impl Tenant {
             .as_ref()
             .map(|s| s.history.as_slice())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limits_merge_patch_names_every_key_and_removes_the_field_when_empty() {
+        let some = TenantLimits {
+            max_execution_seconds: Some(30),
+            ..TenantLimits::default()
+        };
+        assert_eq!(
+            some.merge_patch_value(),
+            serde_json::json!({"maxMemoryPerQuery": null, "maxExecutionSeconds": 30,
+                               "maxConcurrentQueries": null, "queriesPerHour": null})
+        );
+        assert_eq!(
+            TenantLimits::default().merge_patch_value(),
+            serde_json::Value::Null
+        );
     }
 }

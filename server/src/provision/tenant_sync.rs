@@ -343,18 +343,7 @@ impl TenantSync {
             fields["accessLocked"] = json!(locked);
         }
         if let Some(limits) = enforces.limits {
-            // Merge patch: null removes the field; an object replaces only the keys it names, so each
-            // key is named, null when unset.
-            fields["appliedLimits"] = if limits.is_empty() {
-                serde_json::Value::Null
-            } else {
-                json!({
-                    "maxMemoryPerQuery": limits.max_memory_per_query,
-                    "maxExecutionSeconds": limits.max_execution_seconds,
-                    "maxConcurrentQueries": limits.max_concurrent_queries,
-                    "queriesPerHour": limits.queries_per_hour,
-                })
-            };
+            fields["appliedLimits"] = limits.merge_patch_value();
         }
         let patch = json!({ "status": fields });
         self.tenants()

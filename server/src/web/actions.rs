@@ -621,16 +621,7 @@ async fn set_limits(a: &Actions, name: &str, limits: TenantLimits) -> Outcome {
         Ok(t) => t,
         Err(o) => return o,
     };
-    // Merge patch: every key named (null when unset), so a limit taken away is removed.
-    let value = (!limits.is_empty()).then(|| {
-        json!({
-            "maxMemoryPerQuery": limits.max_memory_per_query,
-            "maxExecutionSeconds": limits.max_execution_seconds,
-            "maxConcurrentQueries": limits.max_concurrent_queries,
-            "queriesPerHour": limits.queries_per_hour,
-        })
-    });
-    let patch = json!({ "spec": { "limits": value } });
+    let patch = json!({ "spec": { "limits": limits.merge_patch_value() } });
     match a
         .tenants()
         .patch(name, &write_params(), &Patch::Merge(&patch))
