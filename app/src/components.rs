@@ -6,7 +6,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::forms::PostForm;
 use crate::live::use_live;
-use crate::model::{PAGE_SIZE, TenantRow, phase_class};
+use crate::model::{Allowed, PAGE_SIZE, TenantRow, phase_class};
 use crate::text::percent_encode;
 
 #[component]
@@ -78,12 +78,12 @@ pub fn EmptyState(
     }
 }
 
-/// Provision / Suspend / Resume / Rotate for one tenant, each shown only when the tenant's state allows it and
-/// the dashboard is not read-only. Suspend asks for a confirmation first (a link to the same page with
-/// `?confirm=suspend`), which works the same with and without JavaScript.
+/// Provision / Suspend / Resume / Delete / Rotate for one tenant, each shown only when the tenant's state
+/// allows it and the dashboard's account may take it. Suspend asks for a confirmation first (a link to
+/// the same page with `?confirm=suspend`), which works the same with and without JavaScript.
 #[component]
-pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String) -> impl IntoView {
-    if read_only {
+pub fn TenantActions(row: TenantRow, may: Allowed, #[prop(into)] here: String) -> impl IntoView {
+    if !may.any() {
         return view! { <span class="muted">"read-only"</span> }.into_any();
     }
     let name = row.name.clone();
@@ -93,23 +93,23 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
         if here.contains('?') { '&' } else { '?' }
     );
     view! {
-        <div class="actions">
-            {row.can_provision().then(|| view! {
+        <div class="actions" data-focus-group=format!("actions-{name}")>
+            {(may.start_runs && row.can_provision()).then(|| view! {
                 <PostForm action=format!("/actions/tenants/{name}/provision")>
                     <button type="submit" class="btn primary">{provision_label}</button>
                 </PostForm>
             })}
             {(row.provisioning).then(|| view! { <span class="muted">"provisioning…"</span> })}
-            {row.can_suspend().then(|| view! { <a class="btn" href=confirm_href.clone()>"Suspend"</a> })}
-            {row.can_resume().then(|| view! {
+            {(may.change && row.can_suspend()).then(|| view! { <a class="btn" href=confirm_href.clone()>"Suspend"</a> })}
+            {(may.change && row.can_resume()).then(|| view! {
                 <PostForm action=format!("/actions/tenants/{name}/resume")>
                     <button type="submit" class="btn">"Resume"</button>
                 </PostForm>
             })}
-            {row.can_delete().then(|| view! {
+            {(may.delete && row.can_delete()).then(|| view! {
                 <a class="btn danger-outline" href=format!("/tenants/{name}?confirm=delete")>"Delete"</a>
             })}
-            {row.can_rotate().then(|| view! {
+            {(may.start_runs && row.can_rotate()).then(|| view! {
                 <PostForm action=format!("/actions/tenants/{name}/rotate")>
                     <button type="submit" class="btn" title="Issue a new password; the old one keeps working for the tenant's rotation grace period where ClickHouse allows it">"Rotate credentials"</button>
                 </PostForm>
@@ -122,11 +122,11 @@ pub fn TenantActions(row: TenantRow, read_only: bool, #[prop(into)] here: String
 /// The confirmation for Delete (`?confirm=delete` on the tenant's page): it says what the tenant's
 /// reclaim policy will do and asks for the tenant's name, which the server checks again.
 #[component]
-pub fn ConfirmDelete(row: TenantRow, read_only: bool) -> impl IntoView {
+pub fn ConfirmDelete(row: TenantRow, allowed: bool) -> impl IntoView {
     let query = use_query_map();
     move || {
         let asked = query.get().get("confirm").as_deref() == Some("delete");
-        (asked && !read_only && row.can_delete()).then(|| {
+        (asked && allowed && row.can_delete()).then(|| {
             let name = row.name.clone();
             let back = format!("/tenants/{name}");
             focus_when_shown("confirm_name");
@@ -147,32 +147,21 @@ pub fn ConfirmDelete(row: TenantRow, read_only: bool) -> impl IntoView {
 
 /// Moves the keyboard focus to the element `id` once it is on the page: a confirmation opened by a
 /// client-side navigation gets no `autofocus` (browsers honour it on a page's first load only), and a
-/// keyboard user must land inside it, not at the top of the page.
+/// keyboard user must land inside it, not at the top of the page — and back on what opened it when it
+/// closes ([`crate::focus`]).
 fn focus_when_shown(id: &'static str) {
-    #[cfg(feature = "hydrate")]
-    Effect::new(move |_| {
-        use wasm_bindgen::JsCast;
-        let element = web_sys::window()
-            .and_then(|w| w.document())
-            .and_then(|d| d.get_element_by_id(id))
-            .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
-        if let Some(element) = element {
-            let _ = element.focus();
-        }
-    });
-    #[cfg(not(feature = "hydrate"))]
-    let _ = id;
+    Effect::new(move |_| crate::focus::focus_opened(id));
 }
 
 /// The confirmation box for a destructive action requested with `?confirm=suspend&tenant=…`.
 #[component]
-pub fn ConfirmSuspend(read_only: bool, #[prop(into)] back: String) -> impl IntoView {
+pub fn ConfirmSuspend(allowed: bool, #[prop(into)] back: String) -> impl IntoView {
     let query = use_query_map();
     move || {
         let q = query.get();
         let tenant = q
             .get("tenant")
-            .filter(|_| q.get("confirm").as_deref() == Some("suspend") && !read_only)?;
+            .filter(|_| q.get("confirm").as_deref() == Some("suspend") && allowed)?;
         let back = back.clone();
         focus_when_shown("confirm_suspend");
         Some(view! {

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod charts;
 pub mod components;
+pub mod focus;
 pub mod forms;
 pub mod limits;
 pub mod live;
@@ -49,6 +50,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     live::provide_live();
+    focus::keep_focus();
     view! {
         <Title text="sentry-tenants"/>
         <Meta name="description" content="Tenants, run jobs and provisioning"/>

@@ -203,12 +203,55 @@ pub struct Overview {
 }
 
 /// What every page needs to know about the session: the server's clock (countdowns are computed against
-/// it, not the browser's) and whether mutations exist at all.
+/// it, not the browser's), which actions the account behind the dashboard may take, and whose it is.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub server_now: String,
-    pub read_only: bool,
+    pub may: Allowed,
     pub namespace: String,
+    /// The person the dashboard acts as (`dashboard --local`); none for the operator's dashboard, which
+    /// acts as the operator's ServiceAccount.
+    pub acting_as: Option<String>,
+}
+
+impl Meta {
+    /// No action at all: no button is shown.
+    pub fn read_only(&self) -> bool {
+        !self.may.any()
+    }
+}
+
+/// The actions the account behind the dashboard may take, by the permission each needs: a button it
+/// may not use is not shown (the API server still decides every request).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Allowed {
+    /// Create: `create tenants`.
+    pub create: bool,
+    /// Provision and Rotate: `create runjobs`.
+    pub start_runs: bool,
+    /// Suspend, Resume and Change limits: `patch tenants`.
+    pub change: bool,
+    /// Delete: `delete tenants`.
+    pub delete: bool,
+}
+
+impl Allowed {
+    pub const ALL: Self = Self {
+        create: true,
+        start_runs: true,
+        change: true,
+        delete: true,
+    };
+    pub const NONE: Self = Self {
+        create: false,
+        start_runs: false,
+        change: false,
+        delete: false,
+    };
+
+    pub fn any(&self) -> bool {
+        *self != Self::NONE
+    }
 }
 
 /// Rows per page of the tenants and runs lists: a page stays small at 10,000 tenants (the whole list

@@ -39,7 +39,8 @@ pub enum Command {
     Uninstall(crate::install::commands::UninstallArgs),
     /// Check the cluster before (--pre) or after installing; exits non-zero if anything fails.
     Check(crate::install::commands::CheckArgs),
-    /// Open the dashboard through a port-forward to an operator pod.
+    /// Open the dashboard: through a port-forward to an operator pod (acting as the operator's
+    /// ServiceAccount), or with --local served here, acting as you (your RBAC, your audit trail).
     Dashboard(crate::install::commands::DashboardArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,

@@ -18,6 +18,7 @@ use crate::controller::{Context, Stores, run_controllers};
 use crate::crd::Tenant;
 use crate::leader::LeaderElection;
 use crate::telemetry::Metrics;
+use crate::web::permissions::Permissions;
 use crate::web::{ProbeState, probe_router};
 
 #[derive(Args, Debug, Clone)]
@@ -97,20 +98,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
 
-    let read_only =
-        args.read_only_dashboard || !may_create_tenants(&client, &args.config.namespace).await;
+    let (read_only, permissions) = dashboard_permissions(&client, &args, shutdown_rx.clone()).await;
     let dashboard = crate::web::dashboard::router(crate::web::dashboard::Dashboard {
         backend: Arc::new(crate::web::backend::ClusterBackend {
             client: client.clone(),
             stores: stores.clone(),
             namespace: args.config.namespace.clone(),
-            read_only,
+            permissions,
+            acting_as: None,
             clock: Clock::System,
         }),
         actions: Arc::new(crate::web::actions::Actions {
             client: client.clone(),
             stores: stores.clone(),
             namespace: args.config.namespace.clone(),
+            acting_as: crate::web::actions::ActingAs::Operator,
         }),
         changes: stores.changes.subscribe(),
         read_only,
@@ -188,39 +190,26 @@ pub async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::
     }
 }
 
-/// The dashboard offers actions only if this operator's account may carry them out: installed with
-/// `--read-only-dashboard`, its Role has no `create` on tenants, and the dashboard then turns read-only
-/// by itself instead of showing buttons that would fail.
-async fn may_create_tenants(client: &Client, namespace: &str) -> bool {
-    use k8s_openapi::api::authorization::v1::{
-        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-    };
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some("create".into()),
-                group: Some(crate::crd::GROUP.into()),
-                resource: Some("tenants".into()),
-                namespace: Some(namespace.into()),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
-    };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    match api.create(&Default::default(), &review).await {
-        Ok(r) => {
-            let allowed = r.status.is_some_and(|s| s.allowed);
-            if !allowed {
-                tracing::info!("this account may not create tenants: the dashboard is read-only");
-            }
-            allowed
-        }
-        Err(error) => {
-            tracing::warn!(%error, "could not review this account's permissions; assuming the dashboard may act");
-            true
-        }
+/// Whether the dashboard is read-only, and what its pages offer. It offers an action only if this
+/// operator's account may carry it out; installed with `--read-only-dashboard`, its Role has no
+/// `create` on tenants, and the dashboard then turns read-only by itself (no action route at all)
+/// instead of showing buttons that would fail.
+async fn dashboard_permissions(
+    client: &Client,
+    args: &RunArgs,
+    shutdown: watch::Receiver<bool>,
+) -> (bool, Permissions) {
+    use sentry_tenants_app::model::Allowed;
+    if args.read_only_dashboard {
+        return (true, Permissions::fixed(Allowed::NONE));
+    }
+    let reviewed =
+        Permissions::reviewed(client.clone(), args.config.namespace.clone(), shutdown).await;
+    if reviewed.now().create {
+        (false, reviewed)
+    } else {
+        tracing::info!("this account may not create tenants: the dashboard is read-only");
+        (true, Permissions::fixed(Allowed::NONE))
     }
 }
 
@@ -245,7 +234,8 @@ fn wait_for(
     futures::FutureExt::shared(Box::pin(fut))
 }
 
-async fn shutdown_signal() {
+/// SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -318,6 +318,8 @@ impl Operator {
         use sentry_tenants::web::actions::Actions;
         use sentry_tenants::web::backend::ClusterBackend;
         use sentry_tenants::web::dashboard::{Dashboard, router};
+        use sentry_tenants::web::permissions::Permissions;
+        use sentry_tenants_app::model::Allowed;
         let stores = self.ctx.stores.clone();
         let namespace = self.ctx.config.namespace.clone();
         router(Dashboard {
@@ -325,13 +327,15 @@ impl Operator {
                 client: self.ctx.client.clone(),
                 stores: stores.clone(),
                 namespace: namespace.clone(),
-                read_only: false,
+                permissions: Permissions::fixed(Allowed::ALL),
+                acting_as: None,
                 clock: Clock::System,
             }),
             actions: Arc::new(Actions {
                 client: self.ctx.client.clone(),
                 stores: stores.clone(),
                 namespace,
+                acting_as: sentry_tenants::web::actions::ActingAs::Operator,
             }),
             changes: stores.changes.subscribe(),
             read_only: false,

@@ -82,6 +82,7 @@ impl Fleet {
             client: cluster.client.clone(),
             stores: cluster.ctx.stores.clone(),
             namespace: NS.into(),
+            acting_as: sentry_tenants::web::actions::ActingAs::Operator,
         }));
         Self {
             cluster,

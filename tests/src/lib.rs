@@ -939,13 +939,35 @@ impl Cluster {
         tenants
             .iter_mut()
             .for_each(sentry_tenants::controller::slim_tenant);
+        let before = self.cached_versions();
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.tenants, tenants);
         refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, runs);
         refill(&mut w.jobs, jobs);
         self.mark_synced();
         drop(w);
-        self.ctx.stores.changes.notify();
+        // As the watches do: a change is announced when a tenant or run changed, not on every relist.
+        if self.cached_versions() != before {
+            self.ctx.stores.changes.notify();
+        }
+    }
+
+    /// The cached tenants' and runs' names and resourceVersions, sorted.
+    fn cached_versions(&self) -> Vec<(String, String, Option<String>)> {
+        let stores = &self.ctx.stores;
+        let tenants = stores
+            .tenants
+            .state()
+            .into_iter()
+            .map(|t| ("Tenant".to_owned(), t.name_any(), t.resource_version()));
+        let runs = stores
+            .runjobs
+            .state()
+            .into_iter()
+            .map(|r| ("RunJob".to_owned(), r.name_any(), r.resource_version()));
+        let mut all: Vec<_> = tenants.chain(runs).collect();
+        all.sort();
+        all
     }
 
     /// What the watches do once their first list is in the caches.
@@ -1305,6 +1327,8 @@ pub mod dashboard {
     use sentry_tenants::web::actions::Actions;
     use sentry_tenants::web::backend::ClusterBackend;
     use sentry_tenants::web::dashboard::{Dashboard, router};
+    use sentry_tenants::web::permissions::Permissions;
+    use sentry_tenants_app::model::Allowed;
 
     use super::{Cluster, NS};
 
@@ -1325,13 +1349,19 @@ pub mod dashboard {
                 client: c.client.clone(),
                 stores: stores.clone(),
                 namespace: NS.into(),
-                read_only,
+                permissions: Permissions::fixed(if read_only {
+                    Allowed::NONE
+                } else {
+                    Allowed::ALL
+                }),
+                acting_as: None,
                 clock: c.clock.clone(),
             }),
             actions: Arc::new(Actions {
                 client: c.client.clone(),
                 stores: stores.clone(),
                 namespace: NS.into(),
+                acting_as: sentry_tenants::web::actions::ActingAs::Operator,
             }),
             changes: stores.changes.subscribe(),
             read_only,

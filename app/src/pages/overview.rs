@@ -68,10 +68,11 @@ pub fn OverviewPage() -> impl IntoView {
                             <h2>"How long runs take"</h2>
                             <DurationsChart durations=o.durations/>
                             <p class="muted small">
-                                "Namespace " <code>{meta.namespace}</code>
+                                "Namespace " <code>{meta.namespace.clone()}</code>
                                 " · leader " <code>{o.leader.unwrap_or_else(|| "none yet".into())}</code>
                                 " · version " <code>{o.version}</code>
-                                {meta.read_only.then_some(" · read-only dashboard")}
+                                {meta.read_only().then_some(" · read-only dashboard")}
+                                {meta.acting_as.map(|who| view! { " · acting as " <code>{who}</code> })}
                             </p>
                         }.into_any(),
                     }

@@ -42,14 +42,14 @@ pub fn TenantPage() -> impl IntoView {
                             }.into_any();
                         };
                         let t = d.tenant.clone();
-                        let read_only = meta.read_only;
+                        let may = meta.may;
                         view! {
                             <div class="title-row">
                                 <h1>{t.name.clone()} " " <PhaseBadge phase=t.phase.clone()/></h1>
-                                <TenantActions row=t.clone() read_only here=here.clone()/>
+                                <TenantActions row=t.clone() may here=here.clone()/>
                             </div>
-                            <ConfirmSuspend read_only back=here.clone()/>
-                            <ConfirmDelete row=t.clone() read_only/>
+                            <ConfirmSuspend allowed=may.change back=here.clone()/>
+                            <ConfirmDelete row=t.clone() allowed=may.delete/>
                             {t.display_name.clone().map(|n| view! { <p class="sub">{n}</p> })}
                             <dl class="facts">
                                 <dt>"Ready"</dt><dd><ReadyCell ready=t.ready reason=t.ready_reason.clone() message=t.ready_message.clone()/> " " <span class="muted">{t.ready_message.clone()}</span></dd>
@@ -63,7 +63,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Credentials"</dt><dd>{t.credentials.clone()}</dd>
                                 {t.deletion.clone().map(|d| view! { <dt>"Deletion"</dt><dd>{d}</dd> })}
                             </dl>
-                            {(!read_only && t.can_change_limits()).then(|| {
+                            {(may.change && t.can_change_limits()).then(|| {
                                 let page = format!("/tenants/{}", t.name);
                                 if editing() {
                                     // What a refused no-JS post brought back, else the spec's limits.

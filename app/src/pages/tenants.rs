@@ -31,7 +31,13 @@ pub fn TenantsPage() -> impl IntoView {
         <section>
             <div class="title-row">
                 <h1>"Tenants"</h1>
-                <a class="btn primary" href="/tenants/new">"New tenant"</a>
+                // Only for an account that may create tenants.
+                <Transition fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        let may_create = data.await.is_ok_and(|(meta, _)| meta.may.create);
+                        may_create.then(|| view! { <a class="btn primary" href="/tenants/new">"New tenant"</a> })
+                    })}
+                </Transition>
             </div>
             <Flash/>
             // A GET form: filtering works the same without JavaScript.
@@ -63,7 +69,7 @@ pub fn TenantsPage() -> impl IntoView {
                         if total == 0 {
                             return view! {
                                 <EmptyState title="No tenants yet" hint="Create a tenant, then provision it to get its ClickHouse database and credentials.">
-                                    {(!meta.read_only).then(|| view! { <a class="btn primary" href="/tenants/new">"Create the first tenant"</a> })}
+                                    {meta.may.create.then(|| view! { <a class="btn primary" href="/tenants/new">"Create the first tenant"</a> })}
                                 </EmptyState>
                             }.into_any();
                         }
@@ -74,9 +80,9 @@ pub fn TenantsPage() -> impl IntoView {
                                 </EmptyState>
                             }.into_any();
                         }
-                        let read_only = meta.read_only;
+                        let may = meta.may;
                         view! {
-                            <ConfirmSuspend read_only back=here.clone()/>
+                            <ConfirmSuspend allowed=may.change back=here.clone()/>
                             <table class="grid">
                                 <thead><tr>
                                     <th>"Name"</th><th>"Phase"</th><th>"Ready"</th><th>"Database"</th>
@@ -97,7 +103,7 @@ pub fn TenantsPage() -> impl IntoView {
                                                 <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
                                                 <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
                                                 <td>{move || age(created.as_deref(), &now_from(&server_now, fetched, live.tick.get()))}</td>
-                                                <td><TenantActions row=r.clone() read_only here=here.clone()/></td>
+                                                <td><TenantActions row=r.clone() may here=here.clone()/></td>
                                             </tr>
                                         }
                                     }).collect_view()}

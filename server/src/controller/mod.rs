@@ -13,7 +13,7 @@ pub use backoff::ErrorBackoff;
 pub use run_index::RunIndex;
 pub use wiring::{
     Cache, StoreWriters, Stores, Synced, cached_or_fetched, drop_managed_fields, run_controllers,
-    slim_tenant,
+    slim_tenant, watch_caches,
 };
 
 use std::sync::Arc;

@@ -214,6 +214,66 @@ pub fn tenant_of_run(run: Arc<RunJob>) -> Option<ObjectRef<Tenant>> {
     Some(ObjectRef::new(&run.spec.tenant).within(ns))
 }
 
+/// One watch per kind in `namespace`, each feeding its cache (and the shared stream's subscribers); the
+/// Jobs are watched only when given a writer for them. Never ends.
+pub fn watch_caches(
+    client: kube::Client,
+    namespace: &str,
+    stores: &Stores,
+    (tw, rw, jw): (
+        reflector::store::Writer<Tenant>,
+        reflector::store::Writer<RunJob>,
+        Option<reflector::store::Writer<Job>>,
+    ),
+) -> impl Future<Output = ()> + Send + 'static {
+    let ns = namespace.to_owned();
+    let stores = stores.clone();
+    let tenant_watch = watcher(
+        Api::<Tenant>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(slim_tenant)
+    .reflect_shared(tw)
+    .inspect(stores.after_cached(Cache::Tenants))
+    .for_each(|_| futures::future::ready(()));
+    let run_watch = watcher(
+        Api::<RunJob>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(drop_managed_fields)
+    .inspect({
+        let index = stores.run_index.clone();
+        move |event| {
+            if let Ok(event) = event {
+                index.apply(event);
+            }
+        }
+    })
+    .reflect_shared(rw)
+    .inspect(stores.after_cached(Cache::RunJobs))
+    .for_each(|_| futures::future::ready(()));
+    let job_watch = async move {
+        let Some(jw) = jw else {
+            // Not watched: the cache stays empty, and is as complete as it will get.
+            stores.synced.mark(Cache::Jobs);
+            return;
+        };
+        let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
+        watcher(Api::<Job>::namespaced(client, &ns), job_config)
+            .default_backoff()
+            .modify(drop_managed_fields)
+            .reflect_shared(jw)
+            .inspect(stores.after_cached(Cache::Jobs))
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    };
+    async move {
+        futures::join!(tenant_watch, run_watch, job_watch);
+    }
+}
+
 /// Starts one watch per kind, each feeding its cache and its subscribers, and both controllers.
 /// Resolves when `shutdown` fires and the controllers have finished their in-flight reconciles.
 pub async fn run_controllers(
@@ -233,39 +293,7 @@ pub async fn run_controllers(
     let subscribe_runs_b = rw.subscribe().expect("shared store");
     let subscribe_jobs = jw.subscribe().expect("shared store");
 
-    let tenant_watch = watcher(
-        Api::<Tenant>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(slim_tenant)
-    .reflect_shared(tw)
-    .inspect(ctx.stores.after_cached(Cache::Tenants))
-    .for_each(|_| futures::future::ready(()));
-    let run_watch = watcher(
-        Api::<RunJob>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(drop_managed_fields)
-    .inspect({
-        let index = ctx.stores.run_index.clone();
-        move |event| {
-            if let Ok(event) = event {
-                index.apply(event);
-            }
-        }
-    })
-    .reflect_shared(rw)
-    .inspect(ctx.stores.after_cached(Cache::RunJobs))
-    .for_each(|_| futures::future::ready(()));
-    let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
-    let job_watch = watcher(Api::<Job>::namespaced(client, &ns), job_config)
-        .default_backoff()
-        .modify(drop_managed_fields)
-        .reflect_shared(jw)
-        .inspect(ctx.stores.after_cached(Cache::Jobs))
-        .for_each(|_| futures::future::ready(()));
+    let watches = watch_caches(client, &ns, &ctx.stores, (tw, rw, Some(jw)));
 
     let tenant_controller =
         Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
@@ -291,9 +319,6 @@ pub async fn run_controllers(
             .for_each(|result| log_result("runjob", result));
 
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
-    let watches = async {
-        futures::join!(tenant_watch, run_watch, job_watch);
-    };
     tokio::select! {
         _ = watches => {}
         _ = async { futures::join!(tenant_controller, run_controller) } => {}

@@ -423,6 +423,12 @@ fn server_line(installed: Option<&check::Installed>, namespace: &str) -> String 
 pub struct DashboardArgs {
     #[arg(long, short = 'n', default_value = "sentry-tenants")]
     pub namespace: String,
+    /// Serve the dashboard from this process, acting as you: your kubeconfig's credentials make every
+    /// request, so your RBAC decides what you may do (buttons you may not use are hidden) and the API
+    /// server's audit log names you. Without it, the dashboard is the operator's, reached through a
+    /// port-forward: it acts as the operator's ServiceAccount for anyone who may port-forward to it.
+    #[arg(long)]
+    pub local: bool,
     /// Local port (0 picks a free one).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
@@ -433,7 +439,12 @@ pub struct DashboardArgs {
 
 pub async fn run_dashboard(args: DashboardArgs) -> anyhow::Result<()> {
     let client = crate::cluster::connect().await?;
-    dashboard::dashboard(client, &args.namespace, args.port, !args.no_browser).await
+    if args.local {
+        let listener = dashboard::listen_on_loopback(args.port).await?;
+        crate::web::local::serve_local(client, &args.namespace, listener, !args.no_browser).await
+    } else {
+        dashboard::dashboard(client, &args.namespace, args.port, !args.no_browser).await
+    }
 }
 
 #[cfg(test)]

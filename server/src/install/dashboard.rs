@@ -23,6 +23,13 @@ pub fn pick_pod(pods: &[Pod]) -> Option<&Pod> {
         .max_by_key(|p| p.metadata.creation_timestamp.clone())
 }
 
+/// 127.0.0.1:`port` (0: a free one), where a dashboard is served on this machine.
+pub async fn listen_on_loopback(port: u16) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+        anyhow::anyhow!("cannot listen on 127.0.0.1:{port}: {e} (choose another with --port)")
+    })
+}
+
 pub async fn dashboard(
     client: Client,
     namespace: &str,
@@ -42,13 +49,7 @@ pub async fn dashboard(
     let pod = pick_pod(&list.items)
         .ok_or_else(|| anyhow::anyhow!("no ready operator pod in namespace {namespace}: run `sentry-tenants check -n {namespace}`"))?
         .name_any();
-    let listener = TcpListener::bind(("127.0.0.1", local_port))
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on 127.0.0.1:{local_port}: {e} (choose another with --port)"
-            )
-        })?;
+    let listener = listen_on_loopback(local_port).await?;
     let url = format!("http://127.0.0.1:{}/", listener.local_addr()?.port());
     eprintln!("Dashboard: {url}  (forwarding to pod {namespace}/{pod}; Ctrl-C to stop)");
     if open_browser {
@@ -87,7 +88,7 @@ async fn forward(
 }
 
 /// Opens the URL with the desktop's opener when there is one; silently does nothing on a server.
-fn open_in_browser(url: &str) {
+pub fn open_in_browser(url: &str) {
     for opener in ["xdg-open", "open"] {
         if std::process::Command::new(opener)
             .arg(url)

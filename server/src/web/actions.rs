@@ -20,6 +20,7 @@ use sentry_tenants_app::forms::ActionReply;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::permissions::{CHANGE, CREATE, DELETE, START_RUNS};
 use super::serve::Peer;
 use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
 use crate::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, Tenant, TenantLimits, TenantSpec};
@@ -30,6 +31,18 @@ pub struct Actions {
     pub client: Client,
     pub stores: Stores,
     pub namespace: String,
+    pub acting_as: ActingAs,
+}
+
+/// Whose credentials the actions are made with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActingAs {
+    /// The operator's ServiceAccount, for whoever reached its dashboard: the API server's audit log
+    /// names only the operator, so the dashboard records each action itself (a log line and an Event).
+    Operator,
+    /// The person's own kubeconfig (`dashboard --local`, named as the API server knows them): their
+    /// RBAC decides and the API server's audit log names them; what they create carries their name.
+    Person(String),
 }
 
 impl Actions {
@@ -119,12 +132,26 @@ impl Outcome {
             redirect: None,
         }
     }
-    fn kube(action: &str, e: &kube::Error) -> Self {
-        let status = match e {
-            kube::Error::Api(s) => StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY),
-            _ => StatusCode::BAD_GATEWAY,
-        };
-        Self::failed(status, crate::cluster::describe(action, e))
+    /// A failed API request for `action`, which needed `permission` in `namespace`. A refusal is said
+    /// as what the account may not do, with the API server's own words (they name the account).
+    fn kube(action: &str, permission: (&str, &str), namespace: &str, e: &kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) if s.code == 403 => {
+                let (verb, resource) = permission;
+                Self::failed(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "you may not {verb} {resource} in {namespace}: {}",
+                        s.message
+                    ),
+                )
+            }
+            kube::Error::Api(s) => Self::failed(
+                StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY),
+                crate::cluster::describe(action, e),
+            ),
+            _ => Self::failed(StatusCode::BAD_GATEWAY, crate::cluster::describe(action, e)),
+        }
     }
 }
 
@@ -310,7 +337,7 @@ async fn create(
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(a.namespace.clone()),
-            annotations: Some(made_by_the_dashboard()),
+            annotations: Some(made_by_the_dashboard(a)),
             ..ObjectMeta::default()
         },
         spec: TenantSpec {
@@ -349,7 +376,7 @@ async fn create(
             StatusCode::CONFLICT,
             format!("a tenant named {name} already exists"),
         ),
-        Err(e) => Outcome::kube(&format!("create tenant {name}"), &e),
+        Err(e) => Outcome::kube(&format!("create tenant {name}"), CREATE, &a.namespace, &e),
     }
 }
 
@@ -446,7 +473,7 @@ async fn delete_tenant(a: &Actions, name: &str, typed: &str) -> Outcome {
         Err(kube::Error::Api(s)) if s.code == 404 => {
             Outcome::done(format!("{name} is already gone"))
         }
-        Err(e) => Outcome::kube(&format!("delete tenant {name}"), &e),
+        Err(e) => Outcome::kube(&format!("delete tenant {name}"), DELETE, &a.namespace, &e),
     }
 }
 
@@ -513,7 +540,7 @@ async fn start_run(
     }
     let run_name = crate::controller::tenant::next_run_by_hand(tenant, &runs, action);
     let mut run = new_run_job(tenant, &run_name, action);
-    run.metadata.annotations = Some(made_by_the_dashboard());
+    run.metadata.annotations = Some(made_by_the_dashboard(a));
     let api: Api<crate::crd::RunJob> = Api::namespaced(a.client.clone(), &a.namespace);
     match api
         .create(
@@ -529,7 +556,12 @@ async fn start_run(
         Err(kube::Error::Api(s)) if s.code == 409 => {
             Outcome::done(format!("{name} is already {busy} by {run_name}"))
         }
-        Err(e) => Outcome::kube(&format!("start a {} run for {name}", action.as_str()), &e),
+        Err(e) => Outcome::kube(
+            &format!("start a {} run for {name}", action.as_str()),
+            START_RUNS,
+            &a.namespace,
+            &e,
+        ),
     }
 }
 
@@ -594,6 +626,8 @@ async fn set_suspended(a: &Actions, name: &str, suspended: bool) -> Outcome {
         )),
         Err(e) => Outcome::kube(
             &format!("{} {name}", if suspended { "suspend" } else { "resume" }),
+            CHANGE,
+            &a.namespace,
             &e,
         ),
     }
@@ -642,7 +676,12 @@ async fn set_limits(a: &Actions, name: &str, limits: TenantLimits) -> Outcome {
                 )
             })
         },
-        Err(e) => Outcome::kube(&format!("change the limits of {name}"), &e),
+        Err(e) => Outcome::kube(
+            &format!("change the limits of {name}"),
+            CHANGE,
+            &a.namespace,
+            &e,
+        ),
     }
 }
 
@@ -660,17 +699,28 @@ async fn answer(
     reply(headers, outcome, &safe_return(return_to), &[])
 }
 
-/// On what a dashboard action creates: the operator's ServiceAccount made it, for someone at the
-/// dashboard (who, the Event and the log line say as far as the dashboard can tell).
+/// On what a dashboard action creates: `dashboard` (the operator's ServiceAccount made it, for someone at
+/// the dashboard; who, the Event and the log line say as far as the dashboard can tell) or `dashboard
+/// --local`, with the person's name in [`CREATED_BY_USER`].
 pub const CREATED_BY: &str = "sentry.io/created-by";
+pub const CREATED_BY_USER: &str = "sentry.io/created-by-user";
 
-fn made_by_the_dashboard() -> std::collections::BTreeMap<String, String> {
-    [(CREATED_BY.to_owned(), "dashboard".to_owned())].into()
+fn made_by_the_dashboard(a: &Actions) -> std::collections::BTreeMap<String, String> {
+    match &a.acting_as {
+        ActingAs::Operator => [(CREATED_BY.to_owned(), "dashboard".to_owned())].into(),
+        ActingAs::Person(who) => [
+            (CREATED_BY.to_owned(), "dashboard --local".to_owned()),
+            (CREATED_BY_USER.to_owned(), who.clone()),
+        ]
+        .into(),
+    }
 }
 
-/// Every action is the operator's ServiceAccount acting for whoever reached the dashboard, so the
-/// apiserver's audit log names only the operator. The dashboard keeps its own record: a structured log
-/// line (action, tenant, outcome, the connection's peer) and an Event on the Tenant.
+/// Every action is logged (action, tenant, outcome, the connection's peer, whose credentials) and, when
+/// it is the operator's ServiceAccount acting for whoever reached the dashboard (the API server's audit
+/// log then names only the operator), recorded as an Event on the Tenant. A person acting with their
+/// own credentials is in the API server's audit log already, and gets an Event only for what the API
+/// server let them do: a refused request writes nothing.
 async fn attribute(
     a: &Actions,
     action: &str,
@@ -679,15 +729,30 @@ async fn attribute(
     peer: Option<Extension<Peer>>,
 ) {
     let peer = peer.map_or_else(|| "unknown".to_owned(), |Extension(Peer(p))| p.to_string());
+    let by = match &a.acting_as {
+        ActingAs::Operator => "the operator's ServiceAccount",
+        ActingAs::Person(who) => who.as_str(),
+    };
     if outcome.ok {
-        tracing::info!(action, tenant, outcome = %outcome.message, %peer, "dashboard action");
+        tracing::info!(action, tenant, outcome = %outcome.message, %peer, acting_as = by, "dashboard action");
     } else {
-        tracing::warn!(action, tenant, outcome = %outcome.message, %peer, "dashboard action failed");
+        tracing::warn!(action, tenant, outcome = %outcome.message, %peer, acting_as = by, "dashboard action failed");
     }
     // An Event needs a tenant to hang on: none for a name that is not one, or a tenant not there.
     if TenantName::parse(tenant).is_err() || outcome.status == StatusCode::NOT_FOUND {
         return;
     }
+    let note = match &a.acting_as {
+        ActingAs::Operator => format!(
+            "{action} from the dashboard (peer {peer}): {}",
+            outcome.message
+        ),
+        ActingAs::Person(_) if !outcome.ok => return,
+        ActingAs::Person(who) => format!(
+            "{action} by {who} from `dashboard --local`: {}",
+            outcome.message
+        ),
+    };
     let regarding = ObjectReference {
         api_version: Some(Tenant::api_version(&()).into_owned()),
         kind: Some(Tenant::kind(&()).into_owned()),
@@ -706,10 +771,7 @@ async fn attribute(
             EventType::Warning
         },
         reason: "DashboardAction".into(),
-        note: Some(format!(
-            "{action} from the dashboard (peer {peer}): {}",
-            outcome.message
-        )),
+        note: Some(note),
         action: action.into(),
         secondary: None,
     };
@@ -734,7 +796,12 @@ async fn find(a: &Actions, name: &str) -> Result<Arc<Tenant>, Outcome> {
             StatusCode::NOT_FOUND,
             format!("no tenant named {name}"),
         )),
-        Err(e) => Err(Outcome::kube(&format!("read tenant {name}"), &e)),
+        Err(e) => Err(Outcome::kube(
+            &format!("read tenant {name}"),
+            ("get", "tenants"),
+            &a.namespace,
+            &e,
+        )),
     }
 }
 

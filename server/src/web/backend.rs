@@ -20,6 +20,7 @@ use sentry_tenants_app::model::{
 };
 
 use super::insights;
+use super::permissions::Permissions;
 use crate::clock::Clock;
 use crate::controller::runjob::LOG_TAIL_LINES;
 use crate::controller::{Stores, cached_or_fetched};
@@ -31,7 +32,10 @@ pub struct ClusterBackend {
     pub client: Client,
     pub stores: Stores,
     pub namespace: String,
-    pub read_only: bool,
+    /// What the pages offer: the actions the dashboard's account may take.
+    pub permissions: Permissions,
+    /// The person the dashboard acts as (`dashboard --local`).
+    pub acting_as: Option<String>,
     pub clock: Clock,
 }
 
@@ -220,8 +224,9 @@ impl Backend for ClusterBackend {
     fn meta(&self) -> Meta {
         Meta {
             server_now: crate::crd::to_k8s_time(self.clock.now()).0.to_string(),
-            read_only: self.read_only,
+            may: self.permissions.now(),
             namespace: self.namespace.clone(),
+            acting_as: self.acting_as.clone(),
         }
     }
 

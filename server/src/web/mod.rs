@@ -7,7 +7,9 @@ pub mod dashboard;
 pub mod flash;
 pub mod hosts;
 pub mod insights;
+pub mod local;
 pub mod page_cache;
+pub mod permissions;
 pub mod serve;
 
 use std::sync::Arc;

@@ -539,3 +539,127 @@ fn a_confirmation_takes_the_keyboard_focus_when_it_opens() {
         b.close().await.unwrap();
     })
 }
+
+/// Presses `key` on whatever has the keyboard focus, as the keyboard does (no element reference that a
+/// live refresh could make stale).
+async fn press(b: &Client, key: fantoccini::key::Key) {
+    use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+    let value: char = key.into();
+    let keys = KeyActions::new("keyboard".into())
+        .then(KeyAction::Down { value })
+        .then(KeyAction::Up { value });
+    b.perform_actions(keys).await.expect("the key is pressed");
+}
+
+/// Waits until the page has not changed for a second: the live refreshes a change to the tenant set off
+/// (the rename, then the status the reconciler writes for it) are over.
+async fn quiet(b: &Client) {
+    b.execute(
+        "if (!window.__changed) { window.__changed = Date.now(); new MutationObserver(() => { window.__changed = Date.now(); }).observe(document.body, {childList: true, subtree: true}); }",
+        vec![],
+    )
+    .await
+    .unwrap();
+    eventually("the page to hold still for a second", || async {
+        b.execute("return Date.now() - window.__changed > 1000", vec![])
+            .await
+            .unwrap()
+            == true
+    })
+    .await;
+}
+
+/// Presses Tab until the focus is on `css` (a keyboard user's way there), at most `limit` times.
+async fn tab_to(b: &Client, css: &str, limit: usize) {
+    for _ in 0..limit {
+        if focused(b, css).await {
+            return;
+        }
+        press(b, fantoccini::key::Key::Tab).await;
+    }
+    let at: serde_json::Value = b
+        .execute(
+            "let e = document.activeElement; return e ? e.outerHTML.slice(0, 200) : 'none'",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        focused(b, css).await,
+        "Tab never reached {css}; the focus is on {at}"
+    );
+}
+
+/// Suspend and Resume by keyboard alone: Tab to the action, Enter, the focus lands in the confirmation,
+/// Cancel hands it back to the action that opened it, and a live refresh of the page in between (the
+/// tenant changed meanwhile) keeps it where it is — a refresh re-renders the page's part, and the
+/// focused element used to go with it, leaving the focus on the page and the person at the top.
+#[test]
+fn suspend_and_resume_by_keyboard_alone_with_the_page_refreshing_live() {
+    use fantoccini::key::Key;
+    let _turn = one_browser_at_a_time();
+    block_on(async {
+        let driver = Driver::start();
+        let c = Cluster::new().await;
+        c.create_tenant("acme").await;
+        c.report_provisioned("acme").await;
+        c.settle().await;
+        let served = Served::start(c, false).await;
+        let b = driver.session(true).await;
+        b.goto(&served.at("/tenants/acme")).await.unwrap();
+        wait_live(&b).await;
+        mark_page(&b).await;
+        let suspend = ".actions a[href*='confirm=suspend']";
+        tab_to(&b, suspend, 40).await;
+
+        served
+            .cluster
+            .patch_spec("acme", serde_json::json!({"displayName": "Acme Renamed"}))
+            .await;
+        eventually("the live refresh to show the new display name", || async {
+            text(&b, "p.sub").await == "Acme Renamed"
+        })
+        .await;
+        assert!(
+            focused(&b, suspend).await,
+            "the focus stayed on Suspend through the refresh"
+        );
+        quiet(&b).await;
+        assert!(focused(&b, suspend).await, "and through the ones after it");
+
+        press(&b, Key::Enter).await;
+        eventually("the focus in the confirmation", || async {
+            focused(&b, ".confirm #confirm_suspend").await
+        })
+        .await;
+        press(&b, Key::Tab).await;
+        assert!(focused(&b, ".confirm a.btn").await, "Tab reaches Cancel");
+        press(&b, Key::Enter).await;
+        eventually(
+            "the focus back on Suspend once the confirmation closed",
+            || async { !exists(&b, ".confirm").await && focused(&b, suspend).await },
+        )
+        .await;
+
+        press(&b, Key::Enter).await;
+        eventually("the confirmation again", || async {
+            focused(&b, ".confirm #confirm_suspend").await
+        })
+        .await;
+        press(&b, Key::Enter).await;
+        eventually("acme suspended", || async {
+            served.cluster.tenant("acme").await.spec.suspended
+        })
+        .await;
+        let resume = "form[action='/actions/tenants/acme/resume'] button";
+        eventually("Resume offered", || async { exists(&b, resume).await }).await;
+        tab_to(&b, resume, 40).await;
+        press(&b, Key::Enter).await;
+        eventually("acme resumed", || async {
+            !served.cluster.tenant("acme").await.spec.suspended
+        })
+        .await;
+        assert!(same_page(&b).await, "all of it without a page load");
+        b.close().await.unwrap();
+    })
+}

@@ -13,6 +13,7 @@ mod drill;
 mod install;
 mod leader;
 mod limits;
+mod local_dashboard;
 mod operator;
 mod provision;
 mod rbac;
