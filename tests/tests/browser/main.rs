@@ -663,3 +663,60 @@ fn suspend_and_resume_by_keyboard_alone_with_the_page_refreshing_live() {
         b.close().await.unwrap();
     })
 }
+
+/// Types `text` on whatever has the keyboard focus, key by key.
+async fn type_keys(b: &Client, text: &str) {
+    use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+    let mut keys = KeyActions::new("keyboard".into());
+    for value in text.chars() {
+        keys = keys
+            .then(KeyAction::Down { value })
+            .then(KeyAction::Up { value });
+    }
+    b.perform_actions(keys).await.expect("the keys are pressed");
+}
+
+/// Create and Delete by keyboard alone: Tab to the fields and the buttons, type, Enter; Delete's
+/// confirmation takes the focus on the field for the tenant's name.
+#[test]
+fn create_and_delete_by_keyboard_alone() {
+    use fantoccini::key::Key;
+    let _turn = one_browser_at_a_time();
+    block_on(async {
+        let driver = Driver::start();
+        let served = Served::start(Cluster::new().await, false).await;
+        let b = driver.session(true).await;
+        b.goto(&served.at("/tenants/new")).await.unwrap();
+        wait_live(&b).await;
+        tab_to(&b, "#name", 40).await;
+        type_keys(&b, "kbd").await;
+        tab_to(&b, "form.stack button[type=submit]", 40).await;
+        press(&b, Key::Enter).await;
+        eventually("the new tenant's page", || async {
+            b.current_url().await.unwrap().path() == "/tenants/kbd"
+        })
+        .await;
+        wait_live(&b).await;
+        let delete = ".actions a[href$='?confirm=delete']";
+        eventually("Delete offered", || async { exists(&b, delete).await }).await;
+        tab_to(&b, delete, 40).await;
+        press(&b, Key::Enter).await;
+        eventually("the focus on the name to type", || async {
+            focused(&b, ".confirm #confirm_name").await
+        })
+        .await;
+        type_keys(&b, "kbd").await;
+        press(&b, Key::Enter).await;
+        eventually("kbd being deleted", || async {
+            served
+                .cluster
+                .tenants()
+                .get_opt("kbd")
+                .await
+                .unwrap()
+                .is_none_or(|t| t.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+        b.close().await.unwrap();
+    })
+}
