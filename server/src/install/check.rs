@@ -4,13 +4,10 @@ use std::fmt;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
 
 use super::DEPLOYMENT;
@@ -216,24 +213,10 @@ async fn access_line(
 ) -> CheckLine {
     let scope = ns.map(|n| format!(" in namespace {n}")).unwrap_or_default();
     let what = format!("may {verb} {resource}{scope}");
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                namespace: ns.map(Into::into),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
-    };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &review).await {
-        Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => CheckLine::pass(what),
-        Ok(r) => {
-            let reason = r.status.and_then(|s| s.reason).filter(|s| !s.is_empty());
+    match crate::web::permissions::access_review(client, ns, group, (verb, resource)).await {
+        Ok(status) if status.allowed => CheckLine::pass(what),
+        Ok(status) => {
+            let reason = status.reason.filter(|s| !s.is_empty());
             CheckLine::fail(
                 format!(
                     "{what}: denied{}",

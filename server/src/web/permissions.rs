@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SubjectAccessReviewStatus,
 };
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -91,15 +92,27 @@ pub async fn may_in_group(
     client: &Client,
     namespace: &str,
     group: &str,
-    (verb, resource): (&str, &str),
+    permission: (&str, &str),
 ) -> kube::Result<bool> {
+    let answer = access_review(client, Some(namespace), group, permission).await?;
+    Ok(answer.allowed)
+}
+
+/// A SelfSubjectAccessReview of `verb` `resource` (group `group`) in `namespace`, or cluster-wide
+/// without one: the API server's answer, its reason included.
+pub async fn access_review(
+    client: &Client,
+    namespace: Option<&str>,
+    group: &str,
+    (verb, resource): (&str, &str),
+) -> kube::Result<SubjectAccessReviewStatus> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.into()),
                 group: Some(group.into()),
                 resource: Some(resource.into()),
-                namespace: Some(namespace.into()),
+                namespace: namespace.map(Into::into),
                 ..ResourceAttributes::default()
             }),
             ..SelfSubjectAccessReviewSpec::default()
@@ -108,7 +121,7 @@ pub async fn may_in_group(
     };
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let answer = api.create(&PostParams::default(), &review).await?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
+    Ok(answer.status.unwrap_or_default())
 }
 
 /// The user name the API server knows this client as (SelfSubjectReview, Kubernetes ≥ 1.28); `None`

@@ -377,15 +377,21 @@ fn everything_works_with_javascript_off() {
     })
 }
 
+/// An empty cluster, served, the new-tenant form open in a new session and live.
+async fn new_tenant_form(driver: &Driver) -> (Served, Client) {
+    let served = Served::start(Cluster::new().await, false).await;
+    let b = driver.session(true).await;
+    b.goto(&served.at("/tenants/new")).await.unwrap();
+    wait_live(&b).await;
+    (served, b)
+}
+
 #[test]
 fn a_display_name_with_a_script_tag_is_shown_as_text() {
     let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
-        let served = Served::start(Cluster::new().await, false).await;
-        let b = driver.session(true).await;
-        b.goto(&served.at("/tenants/new")).await.unwrap();
-        wait_live(&b).await;
+        let (served, b) = new_tenant_form(&driver).await;
         fill(&b, "#name", "xss").await;
         fill(&b, "#display_name", "<script>alert(1)</script>").await;
         click(&b, "form.stack button[type=submit]").await;
@@ -508,6 +514,20 @@ async fn focused(b: &Client, css: &str) -> bool {
         == true
 }
 
+/// A provisioned tenant `acme`, served, its page open in a new session, live and marked.
+async fn provisioned_acme_page(driver: &Driver) -> (Served, Client) {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.report_provisioned("acme").await;
+    c.settle().await;
+    let served = Served::start(c, false).await;
+    let b = driver.session(true).await;
+    b.goto(&served.at("/tenants/acme")).await.unwrap();
+    wait_live(&b).await;
+    mark_page(&b).await;
+    (served, b)
+}
+
 /// A confirmation opened within the page (a client-side navigation, where `autofocus` does nothing)
 /// takes the keyboard focus: Suspend's on its button, Delete's on the field for the tenant's name.
 #[test]
@@ -515,15 +535,7 @@ fn a_confirmation_takes_the_keyboard_focus_when_it_opens() {
     let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
-        let c = Cluster::new().await;
-        c.create_tenant("acme").await;
-        c.report_provisioned("acme").await;
-        c.settle().await;
-        let served = Served::start(c, false).await;
-        let b = driver.session(true).await;
-        b.goto(&served.at("/tenants/acme")).await.unwrap();
-        wait_live(&b).await;
-        mark_page(&b).await;
+        let (_served, b) = provisioned_acme_page(&driver).await;
         click(&b, ".actions a[href*='confirm=suspend']").await;
         eventually("the focus on the Suspend confirmation's button", || async {
             focused(&b, ".confirm #confirm_suspend").await
@@ -600,15 +612,7 @@ fn suspend_and_resume_by_keyboard_alone_with_the_page_refreshing_live() {
     let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
-        let c = Cluster::new().await;
-        c.create_tenant("acme").await;
-        c.report_provisioned("acme").await;
-        c.settle().await;
-        let served = Served::start(c, false).await;
-        let b = driver.session(true).await;
-        b.goto(&served.at("/tenants/acme")).await.unwrap();
-        wait_live(&b).await;
-        mark_page(&b).await;
+        let (served, b) = provisioned_acme_page(&driver).await;
         let suspend = ".actions a[href*='confirm=suspend']";
         tab_to(&b, suspend, 40).await;
 
@@ -684,10 +688,7 @@ fn create_and_delete_by_keyboard_alone() {
     let _turn = one_browser_at_a_time();
     block_on(async {
         let driver = Driver::start();
-        let served = Served::start(Cluster::new().await, false).await;
-        let b = driver.session(true).await;
-        b.goto(&served.at("/tenants/new")).await.unwrap();
-        wait_live(&b).await;
+        let (served, b) = new_tenant_form(&driver).await;
         tab_to(&b, "#name", 40).await;
         type_keys(&b, "kbd").await;
         tab_to(&b, "form.stack button[type=submit]", 40).await;

@@ -40,6 +40,15 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_default(),
         None => SCALES.to_vec(),
     };
+    // `bench --only sizes`: that section alone, printed (BENCHMARKS.md untouched).
+    if args.windows(2).any(|w| w[0] == "--only" && w[1] == "sizes") {
+        let section = sizes::measure(&workspace_root());
+        println!(
+            "{}",
+            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
+        );
+        return Ok(());
+    }
     // `bench --only insights [--scales …]`: that section alone, printed (BENCHMARKS.md untouched).
     if args
         .windows(2)
