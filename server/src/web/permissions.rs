@@ -46,6 +46,10 @@ impl Permissions {
                     _ = tokio::time::sleep(REVIEW_EVERY) => {}
                     _ = shutdown.wait_for(|stop| *stop) => return,
                 }
+                // Nobody reads the reviews any more (the dashboard turned read-only): stop asking.
+                if tx.is_closed() {
+                    return;
+                }
                 let fresh = review(&client, &namespace).await;
                 tx.send_if_modified(|now| std::mem::replace(now, fresh) != fresh);
             }
