@@ -105,7 +105,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             stores: stores.clone(),
             namespace: args.config.namespace.clone(),
             permissions,
-            acting_as: None,
+            acting_as: crate::web::actions::ActingAs::Operator,
             clock: Clock::System,
         }),
         actions: Arc::new(crate::web::actions::Actions {

@@ -328,7 +328,7 @@ impl Operator {
                 stores: stores.clone(),
                 namespace: namespace.clone(),
                 permissions: Permissions::fixed(Allowed::ALL),
-                acting_as: None,
+                acting_as: sentry_tenants::web::actions::ActingAs::Operator,
                 clock: Clock::System,
             }),
             actions: Arc::new(Actions {

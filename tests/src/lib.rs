@@ -1354,7 +1354,7 @@ pub mod dashboard {
                 } else {
                     Allowed::ALL
                 }),
-                acting_as: None,
+                acting_as: sentry_tenants::web::actions::ActingAs::Operator,
                 clock: c.clock.clone(),
             }),
             actions: Arc::new(Actions {

@@ -19,6 +19,7 @@ use sentry_tenants_app::model::{
     TENANT_PHASES, TenantDetail, TenantRow, paginate,
 };
 
+use super::actions::ActingAs;
 use super::insights;
 use super::permissions::Permissions;
 use crate::clock::Clock;
@@ -34,8 +35,8 @@ pub struct ClusterBackend {
     pub namespace: String,
     /// What the pages offer: the actions the dashboard's account may take.
     pub permissions: Permissions,
-    /// The person the dashboard acts as (`dashboard --local`).
-    pub acting_as: Option<String>,
+    /// Whose credentials the actions are made with: the same value the actions hold.
+    pub acting_as: ActingAs,
     pub clock: Clock,
 }
 
@@ -226,7 +227,10 @@ impl Backend for ClusterBackend {
             server_now: crate::crd::to_k8s_time(self.clock.now()).0.to_string(),
             may: self.permissions.now(),
             namespace: self.namespace.clone(),
-            acting_as: self.acting_as.clone(),
+            acting_as: match &self.acting_as {
+                ActingAs::Operator => None,
+                ActingAs::Person(who) => Some(who.clone()),
+            },
         }
     }
 

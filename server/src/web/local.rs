@@ -69,7 +69,10 @@ pub async fn serve_local(
     }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let person = who_am_i(&client).await;
+    let who = who_am_i(&client)
+        .await
+        .unwrap_or_else(|| "your kubeconfig's user".to_owned());
+    let acting_as = ActingAs::Person(who.clone());
     let permissions =
         Permissions::reviewed(client.clone(), namespace.to_owned(), shutdown_rx.clone()).await;
     let dashboard = router(Dashboard {
@@ -78,18 +81,14 @@ pub async fn serve_local(
             stores: stores.clone(),
             namespace: namespace.to_owned(),
             permissions,
-            acting_as: person.clone(),
+            acting_as: acting_as.clone(),
             clock: Clock::System,
         }),
         actions: Arc::new(Actions {
             client,
             stores: stores.clone(),
             namespace: namespace.to_owned(),
-            acting_as: ActingAs::Person(
-                person
-                    .clone()
-                    .unwrap_or_else(|| "your kubeconfig's user".to_owned()),
-            ),
+            acting_as,
         }),
         changes: stores.changes.subscribe(),
         read_only: false,
@@ -104,7 +103,6 @@ pub async fn serve_local(
             .context("the listener's address")?
             .port()
     );
-    let who = person.as_deref().unwrap_or("your kubeconfig's user");
     eprintln!("Dashboard: {url}  (acting as {who} in namespace {namespace}; Ctrl-C to stop)");
     if open_browser {
         crate::install::dashboard::open_in_browser(&url);
