@@ -5,13 +5,11 @@ use leptos_router::components::A;
 use leptos_router::hooks::use_query_map;
 
 use crate::forms::PostForm;
-use crate::live::use_live;
 use crate::model::{Allowed, PAGE_SIZE, TenantRow, phase_class};
 use crate::text::percent_encode;
 
 #[component]
 pub fn Layout(children: Children) -> impl IntoView {
-    let live = use_live();
     view! {
         <header class="top">
             <a class="brand" href="/">"sentry-tenants"</a>
@@ -20,9 +18,8 @@ pub fn Layout(children: Children) -> impl IntoView {
                 <A href="/tenants">"Tenants"</A>
                 <A href="/runs">"Run jobs"</A>
             </nav>
-            <span class="live" title="Live updates from the cluster">
-                {move || if live.connected.get() { "● Live" } else { "○ Static" }}
-            </span>
+            // The script says "● Live" while it is connected to the event stream.
+            <span class="live" title="Live updates from the cluster">"○ Static"</span>
         </header>
         <main>{children()}</main>
     }
@@ -129,7 +126,6 @@ pub fn ConfirmDelete(row: TenantRow, allowed: bool) -> impl IntoView {
         (asked && allowed && row.can_delete()).then(|| {
             let name = row.name.clone();
             let back = format!("/tenants/{name}");
-            focus_when_shown("confirm_name");
             view! {
                 <div class="confirm" role="dialog" aria-label="Confirm delete">
                     <p>"Delete " <strong>{name.clone()}</strong> "? " {row.delete_consequence()}</p>
@@ -145,14 +141,6 @@ pub fn ConfirmDelete(row: TenantRow, allowed: bool) -> impl IntoView {
     }
 }
 
-/// Moves the keyboard focus to the element `id` once it is on the page: a confirmation opened by a
-/// client-side navigation gets no `autofocus` (browsers honour it on a page's first load only), and a
-/// keyboard user must land inside it, not at the top of the page — and back on what opened it when it
-/// closes ([`crate::focus`]).
-fn focus_when_shown(id: &'static str) {
-    Effect::new(move |_| crate::focus::focus_opened(id));
-}
-
 /// The confirmation box for a destructive action requested with `?confirm=suspend&tenant=…`.
 #[component]
 pub fn ConfirmSuspend(allowed: bool, #[prop(into)] back: String) -> impl IntoView {
@@ -163,12 +151,11 @@ pub fn ConfirmSuspend(allowed: bool, #[prop(into)] back: String) -> impl IntoVie
             .get("tenant")
             .filter(|_| q.get("confirm").as_deref() == Some("suspend") && allowed)?;
         let back = back.clone();
-        focus_when_shown("confirm_suspend");
         Some(view! {
             <div class="confirm" role="dialog" aria-label="Confirm suspend">
                 <p>"Suspend " <strong>{tenant.clone()}</strong> "? Its ClickHouse logins will be locked until it is resumed."</p>
                 <PostForm action=format!("/actions/tenants/{tenant}/suspend") return_to=back.clone()>
-                    <button type="submit" id="confirm_suspend" class="btn danger">"Suspend " {tenant.clone()}</button>
+                    <button type="submit" id="confirm_suspend" class="btn danger" autofocus>"Suspend " {tenant.clone()}</button>
                     <a class="btn" href=back.clone()>"Cancel"</a>
                 </PostForm>
             </div>
@@ -252,4 +239,17 @@ pub fn limits_fields(l: &crate::limits::Limits) -> [String; 4] {
         n(l.max_concurrent_queries),
         n(l.queries_per_hour),
     ]
+}
+
+/// An age, duration or countdown as of the server's `now`, which the browser counts on every second
+/// ([`crate::model::clock_text`] names the kinds).
+#[component]
+pub fn Clock(
+    kind: &'static str,
+    from: Option<String>,
+    to: Option<String>,
+    #[prop(into)] now: String,
+) -> impl IntoView {
+    let text = crate::model::clock_text(Some(kind), from.clone(), to.clone(), &now);
+    view! { <span data-clock=kind data-from=from data-to=to data-now=now>{text}</span> }
 }

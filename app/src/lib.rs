@@ -1,16 +1,17 @@
-//! The sentry-tenants dashboard: a Leptos app rendered by the server (feature `ssr`) and hydrated in the
-//! browser (feature `hydrate`, built to wasm by `server/build.rs`). It never talks to Kubernetes: reads
+//! The sentry-tenants dashboard: a Leptos app rendered by the server (feature `ssr`), in islands mode:
+//! the browser (feature `hydrate`, built to wasm by `server/build.rs`) hydrates only the islands and
+//! keeps the server's pages live ([`browser`]). It never talks to Kubernetes: reads
 //! go through [`api::Backend`], which the server implements over its caches; writes are form posts the
 //! server handles. Every route renders with `SsrMode::Async`: the HTML is complete before it is sent, so
 //! the dashboard works with JavaScript off.
 
 pub mod api;
+#[cfg(feature = "hydrate")]
+mod browser;
 pub mod charts;
 pub mod components;
-pub mod focus;
 pub mod forms;
 pub mod limits;
-pub mod live;
 pub mod model;
 pub mod names;
 pub mod pages;
@@ -36,7 +37,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <AutoReload options=options.clone()/>
-                <HydrationScripts options/>
+                <HydrationScripts options islands=true/>
                 <leptos_meta::MetaTags/>
             </head>
             <body>
@@ -49,8 +50,6 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    live::provide_live();
-    focus::keep_focus();
     view! {
         <Title text="sentry-tenants"/>
         <Meta name="description" content="Tenants, run jobs and provisioning"/>
@@ -71,10 +70,11 @@ pub fn App() -> impl IntoView {
     }
 }
 
-/// Entry point of the wasm bundle: attaches to the server-rendered page.
+/// Entry point of the wasm bundle (Leptos' island script calls it, then hydrates the islands).
 #[cfg(feature = "hydrate")]
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(App);
+    leptos::mount::hydrate_islands();
+    browser::start();
 }

@@ -365,6 +365,33 @@ pub fn countdown(cleanup_at: Option<&str>, now: &str) -> Option<String> {
     })
 }
 
+/// `server_now` plus `seconds`: the time a page rendered at `server_now` shows `seconds` later.
+pub fn now_from(server_now: &str, seconds: i64) -> String {
+    match server_now.parse::<jiff::Timestamp>() {
+        Ok(t) => (t + jiff::SignedDuration::from_secs(seconds.max(0))).to_string(),
+        Err(_) => server_now.to_owned(),
+    }
+}
+
+/// What a clock shows as of `now`: an `age` since `from`, the `duration` from `from` to `to` (or to
+/// now while it runs), a `countdown` to `to`. The server renders it, and the browser again every second.
+pub fn clock_text(
+    kind: Option<&str>,
+    from: Option<String>,
+    to: Option<String>,
+    now: &str,
+) -> Option<String> {
+    Some(match kind? {
+        "age" => age(from.as_deref(), now),
+        "duration" => from
+            .and_then(|s| seconds_between(&s, to.as_deref().unwrap_or(now)))
+            .map(human_duration)
+            .unwrap_or_else(|| "—".into()),
+        "countdown" => countdown(to.as_deref(), now).unwrap_or_else(|| "—".into()),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

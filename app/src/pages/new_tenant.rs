@@ -17,35 +17,12 @@ pub fn NewTenantPage() -> impl IntoView {
         initial.get("name").unwrap_or_default(),
         initial.get("display_name").unwrap_or_default(),
     );
-    let name = RwSignal::new(typed_name.clone());
-    let display = RwSignal::new(typed_display.clone());
-    let name_error = move || {
-        let n = name.get();
-        (!n.is_empty())
-            .then(|| validate_tenant_name(&n).err().map(|e| e.to_string()))
-            .flatten()
-    };
-    let display_error = move || {
-        validate_display_name(&display.get())
-            .err()
-            .map(|e| e.to_string())
-    };
     view! {
         <section class="narrow">
             <h1>"New tenant"</h1>
             <Flash/>
             <PostForm action="/actions/tenants".to_owned() return_to="/tenants/new" class="stack">
-                <label for="name">"Name"</label>
-                <input id="name" name="name" required autocomplete="off" maxlength=MAX_TENANT_NAME.to_string()
-                    pattern="[a-z]([-a-z0-9]*[a-z0-9])?" placeholder="acme-corp" value=typed_name
-                    prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))
-                    aria-invalid=move || name_error().is_some().to_string()/>
-                <small class="hint">"Lowercase letters, digits and '-', starting with a letter; at most " {MAX_TENANT_NAME} " characters. It names the database, user and Secret, and cannot change."</small>
-                {move || name_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
-                <label for="display_name">"Display name " <span class="muted">"(optional)"</span></label>
-                <input id="display_name" name="display_name" autocomplete="off" maxlength=MAX_DISPLAY_NAME.to_string()
-                    placeholder="Acme Corp" value=typed_display prop:value=move || display.get() on:input=move |ev| display.set(event_target_value(&ev))/>
-                {move || display_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
+                <NameFields typed_name typed_display/>
                 <Choice legend="Provisioning" name="provisioning" chosen=initial.get("provisioning") options=[
                     ("Automatic", "the operator creates the database and credentials right away, and retries a few times if that fails"),
                     ("Manual", "nothing happens until someone clicks Provision"),
@@ -84,5 +61,37 @@ fn Choice<const N: usize>(
                     " " {value} " " <span class="muted">"— " {meaning}</span></label>
             }).collect_view()}
         </fieldset>
+    }
+}
+
+/// The name and display name, checked as they are typed (an island: the one part of the page that
+/// runs in the browser).
+#[island]
+fn NameFields(typed_name: String, typed_display: String) -> impl IntoView {
+    let name = RwSignal::new(typed_name.clone());
+    let display = RwSignal::new(typed_display.clone());
+    let name_error = move || {
+        let n = name.get();
+        (!n.is_empty())
+            .then(|| validate_tenant_name(&n).err().map(|e| e.to_string()))
+            .flatten()
+    };
+    let display_error = move || {
+        validate_display_name(&display.get())
+            .err()
+            .map(|e| e.to_string())
+    };
+    view! {
+                <label for="name">"Name"</label>
+                <input id="name" name="name" required autocomplete="off" maxlength=MAX_TENANT_NAME.to_string()
+                    pattern="[a-z]([-a-z0-9]*[a-z0-9])?" placeholder="acme-corp" value=typed_name
+                    prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))
+                    aria-invalid=move || name_error().is_some().to_string()/>
+                <small class="hint">"Lowercase letters, digits and '-', starting with a letter; at most " {MAX_TENANT_NAME} " characters. It names the database, user and Secret, and cannot change."</small>
+                {move || name_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
+                <label for="display_name">"Display name " <span class="muted">"(optional)"</span></label>
+                <input id="display_name" name="display_name" autocomplete="off" maxlength=MAX_DISPLAY_NAME.to_string()
+                    placeholder="Acme Corp" value=typed_display prop:value=move || display.get() on:input=move |ev| display.set(event_target_value(&ev))/>
+                {move || display_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
     }
 }

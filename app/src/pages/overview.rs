@@ -3,13 +3,11 @@ use leptos::prelude::*;
 use super::load_error;
 use crate::api::get_overview;
 use crate::charts::{DurationsChart, PhaseChart, RunsPerHourChart};
-use crate::live::use_live;
 use crate::model::phase_class;
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
-    let live = use_live();
-    let data = Resource::new(move || live.version.get(), |_| get_overview());
+    let data = Resource::new(|| (), |_| get_overview());
     view! {
         <section>
             <h1>"Overview"</h1>

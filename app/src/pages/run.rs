@@ -3,14 +3,12 @@ use leptos_router::hooks::use_params_map;
 
 use super::{RunsTable, load_error};
 use crate::api::get_run;
-use crate::live::use_live;
 
 #[component]
 pub fn RunPage() -> impl IntoView {
-    let live = use_live();
     let params = use_params_map();
     let name = move || params.get().get("name").unwrap_or_default();
-    let data = Resource::new(move || (live.version.get(), name()), |(_, n)| get_run(n));
+    let data = Resource::new(name, get_run);
     view! {
         <section>
             <p class="crumbs"><a href="/runs">"Run jobs"</a> " / " {name}</p>

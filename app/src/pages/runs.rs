@@ -3,13 +3,12 @@ use leptos_router::hooks::use_query_map;
 
 use super::load_error;
 use crate::api::get_runs;
+use crate::components::Clock;
 use crate::components::{EmptyState, Pager, PhaseBadge};
-use crate::live::{now_from, use_live};
-use crate::model::{RunRow, countdown, human_duration, seconds_between};
+use crate::model::RunRow;
 
 #[component]
 pub fn RunsPage() -> impl IntoView {
-    let live = use_live();
     let query = use_query_map();
     let page = move || {
         query
@@ -17,7 +16,7 @@ pub fn RunsPage() -> impl IntoView {
             .get("page")
             .and_then(|p| p.parse::<usize>().ok())
     };
-    let data = Resource::new(move || (live.version.get(), page()), |(_, n)| get_runs(n));
+    let data = Resource::new(page, get_runs);
     view! {
         <section>
             <h1>"Run jobs"</h1>
@@ -50,11 +49,9 @@ pub fn RunsTable(
     server_now: String,
     #[prop(into)] empty: String,
 ) -> impl IntoView {
-    let live = use_live();
     if rows.is_empty() {
         return view! { <p class="muted">{empty}</p> }.into_any();
     }
-    let fetched = live.tick.get_untracked();
     view! {
         <table class="grid">
             <thead><tr>
@@ -63,11 +60,6 @@ pub fn RunsTable(
             </tr></thead>
             <tbody>
                 {rows.into_iter().map(|r| {
-                    let now_s = server_now.clone();
-                    let now_c = server_now.clone();
-                    let started = r.started.clone();
-                    let finished = r.finished.clone();
-                    let cleanup = r.cleanup_at.clone();
                     view! {
                         <tr data-run=r.name.clone() data-phase=r.phase.clone()>
                             <td><a href=format!("/runs/{}", r.name)>{r.name.clone()}</a>
@@ -77,12 +69,8 @@ pub fn RunsTable(
                             <td><PhaseBadge phase=r.phase.clone()/></td>
                             <td><code>{r.job.clone().unwrap_or_else(|| "—".into())}</code></td>
                             <td class="muted">{r.started.clone().unwrap_or_else(|| "—".into())}</td>
-                            <td>{move || {
-                                let now = now_from(&now_s, fetched, live.tick.get());
-                                let end = finished.clone().unwrap_or(now);
-                                started.as_deref().and_then(|s| seconds_between(s, &end)).map(human_duration).unwrap_or_else(|| "—".into())
-                            }}</td>
-                            <td class="countdown">{move || countdown(cleanup.as_deref(), &now_from(&now_c, fetched, live.tick.get())).unwrap_or_else(|| "—".into())}</td>
+                            <td><Clock kind="duration" from=r.started.clone() to=r.finished.clone() now=server_now.clone()/></td>
+                            <td class="countdown"><Clock kind="countdown" from=None to=r.cleanup_at.clone() now=server_now.clone()/></td>
                         </tr>
                     }
                 }).collect_view()}

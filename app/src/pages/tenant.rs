@@ -9,20 +9,14 @@ use crate::components::{
     TenantActions, limits_fields,
 };
 use crate::forms::{PostForm, current_url};
-use crate::live::use_live;
 
 #[component]
 pub fn TenantPage() -> impl IntoView {
-    let live = use_live();
     let params = use_params_map();
     let name = move || params.get().get("name").unwrap_or_default();
-    // While the Delete confirmation or the limits form is open the page holds still: a live refresh
-    // would re-render it and take away what is being typed (and the focus). Suspend's box has no field.
     let query = leptos_router::hooks::use_query_map();
-    let confirming = move || query.with(|q| q.get("confirm").as_deref() == Some("delete"));
     let editing = move || query.with(|q| q.get("edit").as_deref() == Some("limits"));
-    let version = move || (!confirming() && !editing()).then(|| live.version.get());
-    let data = Resource::new(move || (version(), name()), |(_, n)| get_tenant(n));
+    let data = Resource::new(name, get_tenant);
     let here = current_url();
     view! {
         <section>

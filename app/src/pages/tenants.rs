@@ -4,15 +4,13 @@ use leptos_router::hooks::use_query_map;
 use super::load_error;
 use crate::api::get_tenants;
 use crate::components::{
-    ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell, TenantActions,
+    Clock, ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell, TenantActions,
 };
 use crate::forms::current_url;
-use crate::live::{now_from, use_live};
-use crate::model::{TENANT_PHASES, age};
+use crate::model::TENANT_PHASES;
 
 #[component]
 pub fn TenantsPage() -> impl IntoView {
-    let live = use_live();
     let query = use_query_map();
     let phase = move || query.get().get("phase").filter(|p| !p.is_empty());
     let search = move || query.get().get("q").filter(|q| !q.is_empty());
@@ -23,8 +21,8 @@ pub fn TenantsPage() -> impl IntoView {
             .and_then(|p| p.parse::<usize>().ok())
     };
     let data = Resource::new(
-        move || (live.version.get(), phase(), search(), page()),
-        |(_, p, q, n)| get_tenants(p, q, n),
+        move || (phase(), search(), page()),
+        |(p, q, n)| get_tenants(p, q, n),
     );
     let here = current_url();
     view! {
@@ -65,7 +63,6 @@ pub fn TenantsPage() -> impl IntoView {
                         };
                         let total = listing.total;
                         let rows = listing.rows;
-                        let fetched = live.tick.get_untracked();
                         if total == 0 {
                             return view! {
                                 <EmptyState title="No tenants yet" hint="Create a tenant, then provision it to get its ClickHouse database and credentials.">
@@ -90,8 +87,6 @@ pub fn TenantsPage() -> impl IntoView {
                                 </tr></thead>
                                 <tbody>
                                     {rows.into_iter().map(|r| {
-                                        let server_now = meta.server_now.clone();
-                                        let created = r.created.clone();
                                         view! {
                                             <tr data-tenant=r.name.clone()>
                                                 <td>
@@ -102,7 +97,7 @@ pub fn TenantsPage() -> impl IntoView {
                                                 <td><ReadyCell ready=r.ready reason=r.ready_reason.clone() message=r.ready_message.clone()/></td>
                                                 <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
                                                 <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
-                                                <td>{move || age(created.as_deref(), &now_from(&server_now, fetched, live.tick.get()))}</td>
+                                                <td><Clock kind="age" from=r.created.clone() to=None now=meta.server_now.clone()/></td>
                                                 <td><TenantActions row=r.clone() may here=here.clone()/></td>
                                             </tr>
                                         }

@@ -1,0 +1,192 @@
+//! Going from page to page without a page load: a plain click on a link to another dashboard page, a
+//! filter (a GET form) and Back/Forward load the page's HTML with `fetch` and put its `<main>` and
+//! title in place of the current ones. Anything that goes wrong falls back to a plain load, which shows
+//! it. [`reload`] does the same for the page shown, when the cluster changed.
+
+use std::cell::Cell;
+
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Document, Element, HtmlElement};
+
+use super::{document, focus, listen, live, spawn, window};
+
+thread_local! {
+    /// A reload is running; `AGAIN` asks for one more when it ends (changes come in bursts).
+    static RELOADING: Cell<bool> = const { Cell::new(false) };
+    static AGAIN: Cell<bool> = const { Cell::new(false) };
+}
+
+pub fn start() {
+    listen(&document(), "click", on_click);
+    listen(&document(), "submit", on_get_form);
+    listen(&window(), "popstate", |_: web_sys::Event| {
+        spawn(go(here(), false));
+    });
+}
+
+/// The path and query of the page shown.
+pub fn here() -> String {
+    let l = window().location();
+    format!(
+        "{}{}",
+        l.pathname().unwrap_or_default(),
+        l.search().unwrap_or_default()
+    )
+}
+
+/// A page someone is typing into holds still: a reload would take what was typed (and the focus).
+/// Suspend's confirmation has no field, so it does not.
+fn holds_still(url: &str) -> bool {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let asks = |pair: &str| query.split('&').any(|p| p == pair);
+    path == "/tenants/new" || asks("confirm=delete") || asks("edit=limits")
+}
+
+/// Shows the current state of the page shown.
+pub async fn reload() {
+    if RELOADING.with(|r| r.replace(true)) {
+        AGAIN.with(|a| a.set(true));
+        return;
+    }
+    loop {
+        let url = here();
+        if !holds_still(&url)
+            && let Ok(page) = load(&url).await
+            // Not if the person went elsewhere meanwhile.
+            && here() == url
+        {
+            swap(&page);
+        }
+        if !AGAIN.with(|a| a.replace(false)) {
+            break;
+        }
+    }
+    RELOADING.with(|r| r.set(false));
+}
+
+/// Shows `url`; `push` adds it to the history (not for Back/Forward, which have moved there already).
+pub async fn go(url: String, push: bool) {
+    let Ok(page) = load(&url).await else {
+        let _ = window().location().assign(&url);
+        return;
+    };
+    let opener = focus::opener();
+    if push && let Ok(history) = window().history() {
+        let _ = history.push_state_with_url(&JsValue::NULL, "", Some(&url));
+    }
+    swap(&page);
+    window().scroll_to_with_x_and_y(0.0, 0.0);
+    // Browsers honour `autofocus` on a page's first load only; a confirmation opened here gets the
+    // focus the same way.
+    if let Ok(Some(el)) = document().query_selector("main [autofocus]") {
+        focus::focus_opened(&el, opener);
+    }
+}
+
+async fn load(url: &str) -> Result<Document, JsValue> {
+    let init = web_sys::RequestInit::new();
+    let headers = web_sys::Headers::new()?;
+    headers.set("Accept", "text/html")?;
+    init.set_headers(&headers);
+    let response: web_sys::Response = JsFuture::from(window().fetch_with_str_and_init(url, &init))
+        .await?
+        .dyn_into()?;
+    // A 404 page is a page (a tenant deleted meanwhile); other errors are shown by a plain load.
+    if !response.ok() && response.status() != 404 {
+        return Err(JsValue::NULL);
+    }
+    let html = JsFuture::from(response.text()?)
+        .await?
+        .as_string()
+        .unwrap_or_default();
+    web_sys::DomParser::new()?.parse_from_string(&html, web_sys::SupportedType::TextHtml)
+}
+
+/// Puts `page`'s `<main>` and title in place of the current ones, unless nothing changed (a page
+/// that re-renders identically is left alone, focus, selection and all).
+fn swap(page: &Document) {
+    let doc = document();
+    let (Ok(Some(old)), Ok(Some(new))) = (doc.query_selector("main"), page.query_selector("main"))
+    else {
+        return;
+    };
+    doc.set_title(&page.title());
+    if old.inner_html() == new.inner_html() {
+        return;
+    }
+    let new: Element = doc.adopt_node(&new).map_or(new, |n| n.unchecked_into());
+    focus::keep_through(|| {
+        let _ = old.replace_with_with_node_1(&new);
+    });
+    hydrate_islands(&new);
+    live::rendered();
+}
+
+/// The islands in a part of the page put in by [`swap`] (Leptos' island script hydrates the first
+/// page's, and leaves its hydrate function on `window` for the rest).
+fn hydrate_islands(root: &Element) {
+    let Ok(hydrate) = js_sys::Reflect::get(&window(), &"__hydrateIsland".into()) else {
+        return;
+    };
+    let (Some(hydrate), Ok(islands)) = (
+        hydrate.dyn_ref::<js_sys::Function>(),
+        root.query_selector_all("leptos-island"),
+    ) else {
+        return;
+    };
+    for i in 0..islands.length() {
+        if let Some(el) = islands
+            .item(i)
+            .and_then(|n| n.dyn_into::<HtmlElement>().ok())
+        {
+            let id = el.dataset().get("component").unwrap_or_default();
+            let _ = hydrate.call2(&JsValue::NULL, &el, &id.into());
+        }
+    }
+}
+
+/// A plain left click on a link to another dashboard page.
+fn on_click(e: web_sys::MouseEvent) {
+    let modified = e.meta_key() || e.ctrl_key() || e.shift_key() || e.alt_key();
+    if e.default_prevented() || e.button() != 0 || modified {
+        return;
+    }
+    let Some(link) = e
+        .target()
+        .and_then(|t| t.dyn_into::<Element>().ok())
+        .and_then(|el| el.closest("a[href]").ok().flatten())
+    else {
+        return;
+    };
+    let href = link.get_attribute("href").unwrap_or_default();
+    let elsewhere = !href.starts_with('/') || href.starts_with("//");
+    if elsewhere || link.has_attribute("download") || link.has_attribute("target") {
+        return;
+    }
+    e.prevent_default();
+    spawn(go(href, true));
+}
+
+/// A GET form (the tenants' filter): its fields become the query of the page to show.
+fn on_get_form(e: web_sys::SubmitEvent) {
+    let Some(form) = e
+        .target()
+        .and_then(|t| t.dyn_into::<web_sys::HtmlFormElement>().ok())
+    else {
+        return;
+    };
+    if !form.method().eq_ignore_ascii_case("get") {
+        return;
+    }
+    let query = web_sys::FormData::new_with_form(&form)
+        .and_then(|data| web_sys::UrlSearchParams::new_with_str_sequence_sequence(&data));
+    let (Ok(query), Some(action)) = (query, form.get_attribute("action")) else {
+        return;
+    };
+    e.prevent_default();
+    spawn(go(
+        format!("{action}?{}", String::from(query.to_string())),
+        true,
+    ));
+}
