@@ -51,26 +51,30 @@ pub fn measure(root: &Path) -> Section {
     Section::new("Sizes", figures).remark(remarks.join(" "))
 }
 
-/// The bundle against its goal: what it is made of and what was tried, each measured the same way
-/// (the `wasm-release` profile, wasm-bindgen as `server/build.rs` runs it, wasm + JS through gzip -9),
-/// on 2026-12-02 at commit 26b8564, when the bundle measured 468 KiB (it was 386 KiB before the charts,
-/// the limits forms, the accessibility work and the permission-aware buttons).
+/// The bundle against its goal: what it was made of, and each thing tried, every figure measured the
+/// same way (the `wasm-release` profile, wasm-bindgen as `server/build.rs` runs it, wasm + JS through
+/// gzip -9), on 2026-12-02. The figure above is the bundle as built now.
 const TRIED: &str = "\
-**What the module is** (twiggy, by crate, of the code before wasm-bindgen): Leptos' view layer `tachys` 25 % \
-(its generic render and hydrate code is instantiated once per view shape: every page's tuple of children is \
-its own type), Rust's `core`/`alloc`/`std` 15 %, the reactive runtime `reactive_graph` 11 %, `serde_json` 8 % \
-(the server functions' answers and the resources' hydration data), `jiff` 3.5 % (timestamps for ages and \
-countdowns), the router 2 %, the app's own functions 1.5 %, wasm-bindgen, js-sys and web-sys 5 %. \
-**Tried, wasm + JS gzip -9:** as built (`opt-level = \"z\"`, fat LTO, one codegen unit, `panic = \"abort\"`, \
-names and producers stripped) **468 KiB**; `opt-level = \"s\"` 528 KiB (worse, not kept); without \
-`console_error_panic_hook` 467 KiB (1 KiB, not worth losing panic messages); Debian's `wasm-opt` 108 `-Oz` \
-after wasm-bindgen 508 KiB (worse: that binaryen predates the features rustc's output uses; a current \
-binaryen is not packaged here, and the `wasm-opt` crate builds binaryen from C++ on every cold build). \
-**Not yet tried, and what it would take:** Leptos islands — only the interactive parts (forms, confirmations, \
-the live refresh) become wasm, the pages' views stay on the server; it removes most of the `tachys` share and \
-the router, but the live refresh must then re-fetch server-rendered HTML instead of data. A smaller wire \
-format (a binary codec for the server functions and the hydration data) would remove most of the \
-`serde_json` share. Each is to be measured here before it is claimed.";
+**Before: the whole app hydrated, 468 KiB** (at 26b8564). What that module was (twiggy, by crate, of the \
+code before wasm-bindgen): Leptos' view layer `tachys` 25 % (its generic render and hydrate code is \
+instantiated once per view shape: every page's tuple of children is its own type), Rust's `core`/`alloc`/`std` \
+15 %, the reactive runtime `reactive_graph` 11 %, `serde_json` 8 % (the server functions' answers and the \
+resources' hydration data), `jiff` 3.5 %, the router 2 %, the app's own functions 1.5 %, wasm-bindgen, \
+js-sys and web-sys 5 %. \
+**Tried on it:** `opt-level = \"s\"` 528 KiB; without `console_error_panic_hook` 467 KiB; Debian's `wasm-opt` \
+108 `-Oz` 508 KiB; a current binaryen (132, from npm) `-Oz` 503 KiB, `-Os` 502 KiB, `-O1` 462 KiB (it shrinks the \
+raw module but the result compresses worse); **a smaller wire format**: the server functions' answers in \
+postcard 468 KiB (−0.5), and the resources' hydration data through `serde-wasm-bindgen` as well 466 KiB \
+(−2.4): `serde_json` was only its own 8 %, and the binary codecs bring their own code. None kept. \
+**Leptos islands, kept: 147 KiB.** The server renders every page; the browser runs no page view: it loads \
+the next page's HTML (or, when the event stream announces a change, the current page's) and puts its \
+`<main>` in place, and the new tenant's name fields, checked as typed, are the one island \
+(`app/src/browser/`). On top of it: **fewer generic views**, down to none (the name check as plain DOM \
+code instead of the island, so no Leptos view and no reactive runtime in the module) 118 KiB; and **a \
+smaller wire format** there (the actions' JSON answer read by the browser's `JSON.parse` instead of \
+`serde_json`) 105 KiB with no island, 146 KiB with it (the island's props still need `serde_json`); \
+binaryen 132 `-Oz` on the islands build 143 KiB. Not kept: the goal is met with room, and 42 KiB is what \
+keeps the interactive part a Leptos component rather than hand-written DOM code.";
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
