@@ -21,7 +21,12 @@ pub fn Layout(children: Children) -> impl IntoView {
             // The script says "● Live" while it is connected to the event stream.
             <span class="live" title="Live updates from the cluster">"○ Static"</span>
         </header>
-        <main>{children()}</main>
+        <main>
+            // The answer to an action sent with `fetch` ([`crate::browser`]); a plain post's comes back
+            // in the query and is shown by the page's `Flash`.
+            <div id="answer" role="status" aria-live="polite"></div>
+            {children()}
+        </main>
     }
 }
 

@@ -427,6 +427,38 @@ mod tests {
     }
 
     #[test]
+    fn clocks_count_on_from_the_time_the_page_was_rendered() {
+        let rendered = "2026-11-30T12:00:00Z";
+        assert_eq!(now_from(rendered, 75), "2026-11-30T12:01:15Z");
+        assert_eq!(now_from("not a time", 75), "not a time");
+        let now = now_from(rendered, 12);
+        let at = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            clock_text(Some("age"), at("2026-11-30T11:58:00Z"), None, &now).as_deref(),
+            Some("2m 12s")
+        );
+        // A run still going lasts until now; a finished one until it finished.
+        assert_eq!(
+            clock_text(Some("duration"), at("2026-11-30T11:59:00Z"), None, &now).as_deref(),
+            Some("1m 12s")
+        );
+        let finished = at("2026-11-30T11:59:30Z");
+        assert_eq!(
+            clock_text(Some("duration"), at("2026-11-30T11:59:00Z"), finished, &now).as_deref(),
+            Some("30s")
+        );
+        assert_eq!(
+            clock_text(Some("countdown"), None, at("2026-11-30T12:00:20Z"), &now).as_deref(),
+            Some("in 8s")
+        );
+        assert_eq!(
+            clock_text(Some("countdown"), None, None, &now).as_deref(),
+            Some("—")
+        );
+        assert_eq!(clock_text(Some("sundial"), None, None, &now), None);
+    }
+
+    #[test]
     fn countdowns_reach_now_and_stay_there() {
         let now = "2026-11-30T12:00:00Z";
         assert_eq!(

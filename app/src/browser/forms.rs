@@ -1,6 +1,7 @@
-//! Posts to `/actions/…` once the page runs its script: sent with `fetch` (asking for JSON), answered
-//! inline next to the button, and the page reloaded — or, where the answer says so (a tenant just
-//! created), the page it names shown. A form that is busy ignores a second click. Without JavaScript
+//! Posts to `/actions/…` once the page runs its script: sent with `fetch` (asking for JSON) and
+//! answered at the top of the page; then the page the answer names is shown (a tenant just
+//! created), else the one a plain post returns to (which closes a confirmation), else the page is
+//! reloaded. A form that is busy ignores a second click. Without JavaScript
 //! the same forms are plain posts that redirect back with the answer.
 
 use wasm_bindgen::JsCast;
@@ -37,38 +38,35 @@ fn on_submit(e: web_sys::SubmitEvent) {
             redirect: None,
         });
         let _ = form.set_attribute("aria-busy", "false");
-        if let Some(to) = answer.redirect.clone().filter(|_| answer.ok) {
-            navigate::go(to, true).await;
-            return;
+        // Done: on to where the answer says, else back where a plain post returns (out of a
+        // confirmation); refused: the page stays, with what was typed.
+        let next = answer.redirect.clone().or_else(|| return_to(&form));
+        match next.filter(|to| answer.ok && *to != navigate::here()) {
+            Some(to) => navigate::go(to, true).await,
+            None => navigate::reload().await,
         }
-        navigate::reload().await;
-        // The reload may have replaced the form: the answer goes next to the form of the same action.
-        show_answer(&action, &answer);
+        show_answer(&answer);
     });
 }
 
-fn show_answer(action: &str, answer: &ActionReply) {
+/// Where the form's plain post would come back to.
+fn return_to(form: &HtmlFormElement) -> Option<String> {
+    let field = form.query_selector("input[name=return_to]").ok()??;
+    Some(field.dyn_into::<web_sys::HtmlInputElement>().ok()?.value())
+}
+
+/// In the page's answer line (`#answer`, at the top of `<main>`), which a live reload keeps and the
+/// next page clears.
+fn show_answer(answer: &ActionReply) {
     let doc = document();
-    let Ok(forms) = doc.query_selector_all("main form[method=post]") else {
+    let (Ok(Some(line)), Ok(message)) = (doc.query_selector("#answer"), doc.create_element("p"))
+    else {
         return;
     };
-    let form = (0..forms.length())
-        .filter_map(|i| forms.item(i)?.dyn_into::<web_sys::Element>().ok())
-        .find(|f| f.get_attribute("action").as_deref() == Some(action));
-    let (Some(form), Ok(span)) = (form, doc.create_element("span")) else {
-        return;
-    };
-    if let Ok(Some(old)) = form.query_selector(".inline-msg") {
-        old.remove();
-    }
-    span.set_class_name(if answer.ok {
-        "inline-msg ok"
-    } else {
-        "inline-msg bad"
-    });
-    let _ = span.set_attribute("role", "status");
-    span.set_text_content(Some(&answer.message));
-    let _ = form.append_child(&span);
+    message.set_class_name(if answer.ok { "flash ok" } else { "flash bad" });
+    message.set_text_content(Some(&answer.message));
+    line.set_text_content(None);
+    let _ = line.append_child(&message);
 }
 
 fn js_err(e: wasm_bindgen::JsValue) -> String {

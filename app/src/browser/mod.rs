@@ -8,7 +8,7 @@
 //! - [`forms`]: posts to `/actions/…` sent with `fetch` and answered inline;
 //! - [`focus`]: the keyboard focus kept through every new `<main>`.
 //!
-//! Before islands the whole app was hydrated: 468 KiB of wasm + JS (gzip -9), against 146 KiB now
+//! Before islands the whole app was hydrated: 468 KiB of wasm + JS (gzip -9), against 147 KiB now
 //! (BENCHMARKS.md, Sizes).
 
 mod focus;

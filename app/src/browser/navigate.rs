@@ -56,7 +56,7 @@ pub async fn reload() {
             // Not if the person went elsewhere meanwhile.
             && here() == url
         {
-            swap(&page);
+            swap(&page, true);
         }
         if !AGAIN.with(|a| a.replace(false)) {
             break;
@@ -75,7 +75,7 @@ pub async fn go(url: String, push: bool) {
     if push && let Ok(history) = window().history() {
         let _ = history.push_state_with_url(&JsValue::NULL, "", Some(&url));
     }
-    swap(&page);
+    swap(&page, false);
     window().scroll_to_with_x_and_y(0.0, 0.0);
     // Browsers honour `autofocus` on a page's first load only; a confirmation opened here gets the
     // focus the same way.
@@ -104,8 +104,9 @@ async fn load(url: &str) -> Result<Document, JsValue> {
 }
 
 /// Puts `page`'s `<main>` and title in place of the current ones, unless nothing changed (a page
-/// that re-renders identically is left alone, focus, selection and all).
-fn swap(page: &Document) {
+/// that re-renders identically is left alone, focus, selection and all). A reload of the same page
+/// keeps the answer to the last action (`#answer`).
+fn swap(page: &Document, same_page: bool) {
     let doc = document();
     let (Ok(Some(old)), Ok(Some(new))) = (doc.query_selector("main"), page.query_selector("main"))
     else {
@@ -116,6 +117,12 @@ fn swap(page: &Document) {
         return;
     }
     let new: Element = doc.adopt_node(&new).map_or(new, |n| n.unchecked_into());
+    if same_page
+        && let (Ok(Some(answer)), Ok(Some(empty))) =
+            (old.query_selector("#answer"), new.query_selector("#answer"))
+    {
+        let _ = empty.replace_with_with_node_1(&answer);
+    }
     focus::keep_through(|| {
         let _ = old.replace_with_with_node_1(&new);
     });

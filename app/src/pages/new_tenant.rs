@@ -82,16 +82,16 @@ fn NameFields(typed_name: String, typed_display: String) -> impl IntoView {
             .map(|e| e.to_string())
     };
     view! {
-                <label for="name">"Name"</label>
-                <input id="name" name="name" required autocomplete="off" maxlength=MAX_TENANT_NAME.to_string()
-                    pattern="[a-z]([-a-z0-9]*[a-z0-9])?" placeholder="acme-corp" value=typed_name
-                    prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))
-                    aria-invalid=move || name_error().is_some().to_string()/>
-                <small class="hint">"Lowercase letters, digits and '-', starting with a letter; at most " {MAX_TENANT_NAME} " characters. It names the database, user and Secret, and cannot change."</small>
-                {move || name_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
-                <label for="display_name">"Display name " <span class="muted">"(optional)"</span></label>
-                <input id="display_name" name="display_name" autocomplete="off" maxlength=MAX_DISPLAY_NAME.to_string()
-                    placeholder="Acme Corp" value=typed_display prop:value=move || display.get() on:input=move |ev| display.set(event_target_value(&ev))/>
-                {move || display_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
+        <label for="name">"Name"</label>
+        <input id="name" name="name" required autocomplete="off" maxlength=MAX_TENANT_NAME.to_string()
+            pattern="[a-z]([-a-z0-9]*[a-z0-9])?" placeholder="acme-corp" value=typed_name
+            prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))
+            aria-invalid=move || name_error().is_some().to_string()/>
+        <small class="hint">"Lowercase letters, digits and '-', starting with a letter; at most " {MAX_TENANT_NAME} " characters. It names the database, user and Secret, and cannot change."</small>
+        {move || name_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
+        <label for="display_name">"Display name " <span class="muted">"(optional)"</span></label>
+        <input id="display_name" name="display_name" autocomplete="off" maxlength=MAX_DISPLAY_NAME.to_string()
+            placeholder="Acme Corp" value=typed_display prop:value=move || display.get() on:input=move |ev| display.set(event_target_value(&ev))/>
+        {move || display_error().map(|e| view! { <small class="field-error" role="alert">{e}</small> })}
     }
 }

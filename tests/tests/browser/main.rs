@@ -655,6 +655,15 @@ fn suspend_and_resume_by_keyboard_alone_with_the_page_refreshing_live() {
             served.cluster.tenant("acme").await.spec.suspended
         })
         .await;
+        // As a plain post would: back out of the confirmation, with the answer, which the live
+        // reloads the suspension sets off keep.
+        eventually("the confirmation closed and the answer shown", || async {
+            !exists(&b, ".confirm").await
+                && text(&b, "#answer .flash.ok")
+                    .await
+                    .contains("acme suspended")
+        })
+        .await;
         let resume = "form[action='/actions/tenants/acme/resume'] button";
         eventually("Resume offered", || async { exists(&b, resume).await }).await;
         tab_to(&b, resume, 40).await;
