@@ -52,7 +52,7 @@ pub async fn reload() {
     loop {
         let url = here();
         if !holds_still(&url)
-            && let Ok(page) = load(&url).await
+            && let Ok((page, _)) = load(&url).await
             // Not if the person went elsewhere meanwhile.
             && here() == url
         {
@@ -67,15 +67,18 @@ pub async fn reload() {
 
 /// Shows `url`; `push` adds it to the history (not for Back/Forward, which have moved there already).
 pub async fn go(url: String, push: bool) {
-    let Ok(page) = load(&url).await else {
+    let Ok((page, landed)) = load(&url).await else {
         let _ = window().location().assign(&url);
         return;
     };
     let opener = focus::opener();
-    if push && let Ok(history) = window().history() {
-        let _ = history.push_state_with_url(&JsValue::NULL, "", Some(&url));
+    if !swap(&page, false) {
+        let _ = window().location().assign(&url);
+        return;
     }
-    swap(&page, false);
+    if push && let Ok(history) = window().history() {
+        let _ = history.push_state_with_url(&JsValue::NULL, "", Some(&landed));
+    }
     window().scroll_to_with_x_and_y(0.0, 0.0);
     // Browsers honour `autofocus` on a page's first load only; a confirmation opened here gets the
     // focus the same way.
@@ -84,7 +87,9 @@ pub async fn go(url: String, push: bool) {
     }
 }
 
-async fn load(url: &str) -> Result<Document, JsValue> {
+/// The page at `url`, and where it was found (the server may have redirected: a message link it did
+/// not sign, say).
+async fn load(url: &str) -> Result<(Document, String), JsValue> {
     let init = web_sys::RequestInit::new();
     let headers = web_sys::Headers::new()?;
     headers.set("Accept", "text/html")?;
@@ -100,21 +105,26 @@ async fn load(url: &str) -> Result<Document, JsValue> {
         .await?
         .as_string()
         .unwrap_or_default();
-    web_sys::DomParser::new()?.parse_from_string(&html, web_sys::SupportedType::TextHtml)
+    let page =
+        web_sys::DomParser::new()?.parse_from_string(&html, web_sys::SupportedType::TextHtml)?;
+    let landed = web_sys::Url::new(&response.url())
+        .map(|u| format!("{}{}", u.pathname(), u.search()))
+        .unwrap_or_else(|_| url.to_owned());
+    Ok((page, landed))
 }
 
 /// Puts `page`'s `<main>` and title in place of the current ones, unless nothing changed (a page
 /// that re-renders identically is left alone, focus, selection and all). A reload of the same page
-/// keeps the answer to the last action (`#answer`).
-fn swap(page: &Document, same_page: bool) {
+/// keeps the answer to the last action (`#answer`). False if `page` is no dashboard page.
+fn swap(page: &Document, same_page: bool) -> bool {
     let doc = document();
     let (Ok(Some(old)), Ok(Some(new))) = (doc.query_selector("main"), page.query_selector("main"))
     else {
-        return;
+        return false;
     };
     doc.set_title(&page.title());
     if old.inner_html() == new.inner_html() {
-        return;
+        return true;
     }
     let new: Element = doc.adopt_node(&new).map_or(new, |n| n.unchecked_into());
     if same_page
@@ -128,6 +138,7 @@ fn swap(page: &Document, same_page: bool) {
     });
     hydrate_islands(&new);
     live::rendered();
+    true
 }
 
 /// The islands in a part of the page put in by [`swap`] (Leptos' island script hydrates the first
