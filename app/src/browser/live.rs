@@ -12,16 +12,15 @@ use super::{document, listen, navigate, spawn, window};
 use crate::model::{clock_text, now_from};
 
 thread_local! {
-    /// Seconds since `<main>` was last rendered.
-    static SECONDS: Cell<i64> = const { Cell::new(0) };
+    /// When `<main>` was last rendered, in the browser's milliseconds: elapsed time is read off the
+    /// clock, not counted in ticks, which a background tab gets once a minute at most.
+    static RENDERED_AT: Cell<f64> = const { Cell::new(0.0) };
     static STREAM: RefCell<Option<web_sys::EventSource>> = const { RefCell::new(None) };
 }
 
 pub fn start() {
-    let tick = Closure::<dyn FnMut()>::new(|| {
-        SECONDS.with(|s| s.set(s.get() + 1));
-        render_clocks();
-    });
+    rendered();
+    let tick = Closure::<dyn FnMut()>::new(render_clocks);
     let _ = window().set_interval_with_callback_and_timeout_and_arguments_0(
         tick.as_ref().unchecked_ref(),
         1000,
@@ -73,7 +72,7 @@ fn show_connected(connected: bool) {
 
 /// `<main>` was just rendered: the clocks count from its `data-now` again.
 pub fn rendered() {
-    SECONDS.with(|s| s.set(0));
+    RENDERED_AT.with(|r| r.set(js_sys::Date::now()));
     render_clocks();
 }
 
@@ -84,7 +83,7 @@ fn render_clocks() {
     let Ok(clocks) = document().query_selector_all("[data-clock][data-now]") else {
         return;
     };
-    let since = SECONDS.with(Cell::get);
+    let since = ((js_sys::Date::now() - RENDERED_AT.with(Cell::get)) / 1000.0) as i64;
     for i in 0..clocks.length() {
         let Some(el) = clocks.item(i).and_then(|n| n.dyn_into::<Element>().ok()) else {
             continue;

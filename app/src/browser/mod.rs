@@ -5,7 +5,7 @@
 //!   current one — no page load, so the event stream, the focus memory and the history stay;
 //! - [`live`]: the event stream, which reloads the current page's `<main>` the same way on every
 //!   change, and the clocks (ages, durations, countdowns) that tick between renders;
-//! - [`forms`]: posts to `/actions/…` sent with `fetch` and answered inline;
+//! - [`forms`]: posts to `/actions/…` sent with `fetch`, answered at the top of the page;
 //! - [`focus`]: the keyboard focus kept through every new `<main>`.
 //!
 //! Before islands the whole app was hydrated: 468 KiB of wasm + JS (gzip -9), against 147 KiB now

@@ -91,6 +91,8 @@ pub async fn go(url: String, push: bool) {
 /// not sign, say).
 async fn load(url: &str) -> Result<(Document, String), JsValue> {
     let init = web_sys::RequestInit::new();
+    // Only this dashboard's pages are ever put into this one.
+    init.set_mode(web_sys::RequestMode::SameOrigin);
     let headers = web_sys::Headers::new()?;
     headers.set("Accept", "text/html")?;
     init.set_headers(&headers);
@@ -177,13 +179,28 @@ fn on_click(e: web_sys::MouseEvent) {
     else {
         return;
     };
-    let href = link.get_attribute("href").unwrap_or_default();
-    let elsewhere = !href.starts_with('/') || href.starts_with("//");
-    if elsewhere || link.has_attribute("download") || link.has_attribute("target") {
+    if link.has_attribute("download") || link.has_attribute("target") {
         return;
     }
+    let Some(path) = link
+        .get_attribute("href")
+        .and_then(|href| same_origin_path(&href))
+    else {
+        return;
+    };
     e.prevent_default();
-    spawn(go(href, true));
+    spawn(go(path, true));
+}
+
+/// `href`'s path and query if it leads to another page of this dashboard — resolved as the browser
+/// resolves it (`/\\evil.example` is another host), and not just a jump within the page.
+fn same_origin_path(href: &str) -> Option<String> {
+    let location = window().location();
+    let here = location.href().ok()?;
+    let url = web_sys::Url::new_with_base(href, &here).ok()?;
+    let same_page = !url.hash().is_empty() && url.pathname() == location.pathname().ok()?;
+    (url.origin() == location.origin().ok()? && !same_page)
+        .then(|| format!("{}{}", url.pathname(), url.search()))
 }
 
 /// A GET form (the tenants' filter): its fields become the query of the page to show.
