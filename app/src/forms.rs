@@ -44,7 +44,7 @@ pub fn page_url(path: &str, query: &str) -> String {
 pub fn PostForm(
     /// `/actions/…` endpoint.
     action: String,
-    /// Where to come back to after a no-JS post; defaults to the current page.
+    /// Where to come back to after the post (with JavaScript or without); defaults to the current page.
     #[prop(optional, into)]
     return_to: Option<String>,
     #[prop(optional)] class: &'static str,
