@@ -8,6 +8,10 @@ use crate::forms::PostForm;
 use crate::model::{Allowed, PAGE_SIZE, TenantRow, phase_class};
 use crate::text::percent_encode;
 
+/// The header's word for a page connected to the event stream, and for one that is not.
+pub const LIVE: &str = "● Live";
+pub const STATIC: &str = "○ Static";
+
 #[component]
 pub fn Layout(children: Children) -> impl IntoView {
     view! {
@@ -18,8 +22,8 @@ pub fn Layout(children: Children) -> impl IntoView {
                 <A href="/tenants">"Tenants"</A>
                 <A href="/runs">"Run jobs"</A>
             </nav>
-            // The script says "● Live" while it is connected to the event stream.
-            <span class="live" title="Live updates from the cluster">"○ Static"</span>
+            // The script says LIVE while it is connected to the event stream.
+            <span class="live" title="Live updates from the cluster">{STATIC}</span>
         </header>
         <main>
             // The answer to an action sent with `fetch` ([`crate::browser`]); a plain post's comes back

@@ -8,7 +8,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::HtmlFormElement;
 
-use super::{document, listen, navigate, spawn, window};
+use super::{document, form_fields, listen, navigate, spawn, submitted_form, window};
 use crate::forms::ActionReply;
 
 pub fn start() {
@@ -16,14 +16,11 @@ pub fn start() {
 }
 
 fn on_submit(e: web_sys::SubmitEvent) {
-    let Some(form) = e
-        .target()
-        .and_then(|t| t.dyn_into::<HtmlFormElement>().ok())
-    else {
+    let Some((form, method)) = submitted_form(&e) else {
         return;
     };
     let action = form.get_attribute("action").unwrap_or_default();
-    if !form.method().eq_ignore_ascii_case("post") || !action.starts_with("/actions/") {
+    if method != "post" || !action.starts_with("/actions/") {
         return;
     }
     e.prevent_default();
@@ -75,8 +72,7 @@ fn js_err(e: wasm_bindgen::JsValue) -> String {
 }
 
 async fn post(form: &HtmlFormElement) -> Result<ActionReply, String> {
-    let data = web_sys::FormData::new_with_form(form).map_err(js_err)?;
-    let body = web_sys::UrlSearchParams::new_with_str_sequence_sequence(&data).map_err(js_err)?;
+    let body = form_fields(form).map_err(js_err)?;
     let init = web_sys::RequestInit::new();
     init.set_method("POST");
     init.set_body(&body);

@@ -9,6 +9,7 @@ use wasm_bindgen::closure::Closure;
 use web_sys::Element;
 
 use super::{document, listen, navigate, spawn, window};
+use crate::components::{LIVE, STATIC};
 use crate::model::{clock_text, now_from};
 
 thread_local! {
@@ -66,7 +67,7 @@ fn connect() {
 
 fn show_connected(connected: bool) {
     if let Ok(Some(el)) = document().query_selector(".live") {
-        el.set_text_content(Some(if connected { "● Live" } else { "○ Static" }));
+        el.set_text_content(Some(if connected { LIVE } else { STATIC }));
     }
 }
 

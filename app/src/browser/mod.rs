@@ -47,3 +47,18 @@ fn listen<E: wasm_bindgen::convert::FromWasmAbi + 'static>(
 fn spawn(f: impl std::future::Future<Output = ()> + 'static) {
     wasm_bindgen_futures::spawn_local(f);
 }
+
+/// The form a `submit` event is for, and its method (lower case).
+fn submitted_form(e: &web_sys::SubmitEvent) -> Option<(web_sys::HtmlFormElement, String)> {
+    let form = e.target()?.dyn_into::<web_sys::HtmlFormElement>().ok()?;
+    let method = form.method().to_ascii_lowercase();
+    Some((form, method))
+}
+
+/// A form's fields, encoded as a plain form post or a GET query encodes them.
+fn form_fields(
+    form: &web_sys::HtmlFormElement,
+) -> Result<web_sys::UrlSearchParams, wasm_bindgen::JsValue> {
+    let data = web_sys::FormData::new_with_form(form)?;
+    web_sys::UrlSearchParams::new_with_str_sequence_sequence(&data)
+}

@@ -9,7 +9,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Document, Element, HtmlElement};
 
-use super::{document, focus, listen, live, spawn, window};
+use super::{document, focus, form_fields, listen, live, spawn, submitted_form, window};
 
 thread_local! {
     /// A reload is running; `AGAIN` asks for one more when it ends (changes come in bursts).
@@ -205,18 +205,13 @@ fn same_origin_path(href: &str) -> Option<String> {
 
 /// A GET form (the tenants' filter): its fields become the query of the page to show.
 fn on_get_form(e: web_sys::SubmitEvent) {
-    let Some(form) = e
-        .target()
-        .and_then(|t| t.dyn_into::<web_sys::HtmlFormElement>().ok())
-    else {
+    let Some((form, method)) = submitted_form(&e) else {
         return;
     };
-    if !form.method().eq_ignore_ascii_case("get") {
+    if method != "get" {
         return;
     }
-    let query = web_sys::FormData::new_with_form(&form)
-        .and_then(|data| web_sys::UrlSearchParams::new_with_str_sequence_sequence(&data));
-    let (Ok(query), Some(action)) = (query, form.get_attribute("action")) else {
+    let (Ok(query), Some(action)) = (form_fields(&form), form.get_attribute("action")) else {
         return;
     };
     e.prevent_default();
