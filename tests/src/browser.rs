@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, ClientBuilder};
 use serde_json::json;
 
 pub use crate::PATIENCE;
@@ -245,11 +245,26 @@ pub fn one_browser_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The text of the first element matching `css`, or "" if there is none.
+/// The rendered text of the first element matching `css`, or "" if there is none.
 pub async fn text(client: &Client, css: &str) -> String {
-    match client.find(Locator::Css(css)).await {
-        Ok(el) => el.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
+    read_in_page(client, "e.innerText", css, None).await
+}
+
+/// The attribute `name` of the first element matching `css`, or "" if there is none.
+pub async fn attr(client: &Client, css: &str, name: &str) -> String {
+    read_in_page(client, "e.getAttribute(arguments[1])", css, Some(name)).await
+}
+
+/// Finds the element and reads it in one script run: a live update that replaces `<main>` between
+/// a WebDriver find and a second WebDriver read would leave a stale element, read as "".
+async fn read_in_page(client: &Client, read: &str, css: &str, arg: Option<&str>) -> String {
+    let script =
+        format!("const e = document.querySelector(arguments[0]); return e ? ({read}) ?? '' : '';");
+    let mut args = vec![serde_json::json!(css)];
+    args.extend(arg.map(|a| serde_json::json!(a)));
+    match client.execute(&script, args).await {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
     }
 }
 

@@ -11,7 +11,7 @@ use fantoccini::{Client, Locator};
 use jiff::SignedDuration;
 use sentry_tenants::crd::RunAction;
 use sentry_tenants_tests::browser::{
-    Driver, PATIENCE, Served, eventually, one_browser_at_a_time, screenshot, text, wait_live,
+    Driver, PATIENCE, Served, attr, eventually, one_browser_at_a_time, screenshot, text, wait_live,
 };
 use sentry_tenants_tests::{Cluster, block_on};
 
@@ -33,13 +33,6 @@ async fn fill(client: &Client, css: &str, value: &str) {
     let el = client.find(Locator::Css(css)).await.unwrap();
     el.clear().await.unwrap();
     el.send_keys(value).await.unwrap();
-}
-
-async fn attr(client: &Client, css: &str, name: &str) -> String {
-    match client.find(Locator::Css(css)).await {
-        Ok(el) => el.attr(name).await.ok().flatten().unwrap_or_default(),
-        Err(_) => String::new(),
-    }
 }
 
 async fn exists(client: &Client, css: &str) -> bool {
@@ -170,11 +163,10 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
         c.job_succeeded("acme-provision-1").await;
         c.report_provisioned("acme").await;
         shown_active_live(&b, "acme").await;
+        let facts = text(&b, "dl.facts").await;
         assert!(
-            text(&b, "dl.facts")
-                .await
-                .contains("2Gi memory per query, 500 queries per hour"),
-            "the limits typed into the create form"
+            facts.contains("2Gi memory per query, 500 queries per hour"),
+            "the limits typed into the create form, in: {facts:?}"
         );
         screenshot(&b, "tenant-detail").await;
 
