@@ -6,7 +6,8 @@
 //! - [`live`]: the event stream, which reloads the current page's `<main>` the same way on every
 //!   change, and the clocks (ages, durations, countdowns) that tick between renders;
 //! - [`forms`]: posts to `/actions/…` sent with `fetch`, answered at the top of the page;
-//! - [`focus`]: the keyboard focus kept through every new `<main>`.
+//! - [`focus`]: the keyboard focus kept through every new `<main>`;
+//! - [`scroll`]: each page's scroll position, kept for Back, Forward and a reload.
 //!
 //! Before islands the whole app was hydrated: 468 KiB of wasm + JS (gzip -9), against 147 KiB now
 //! (BENCHMARKS.md, Sizes).
@@ -15,6 +16,7 @@ mod focus;
 mod forms;
 mod live;
 mod navigate;
+mod scroll;
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen::closure::Closure;
@@ -23,6 +25,7 @@ pub fn start() {
     navigate::start();
     forms::start();
     live::start();
+    scroll::start();
 }
 
 fn window() -> web_sys::Window {

@@ -9,7 +9,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{Document, Element, HtmlElement};
 
-use super::{document, focus, form_fields, listen, live, spawn, submitted_form, window};
+use super::{document, focus, form_fields, listen, live, scroll, spawn, submitted_form, window};
 
 thread_local! {
     /// A reload is running; `AGAIN` asks for one more when it ends (changes come in bursts).
@@ -72,6 +72,10 @@ pub async fn go(url: String, push: bool) {
         return;
     };
     let opener = focus::opener();
+    if push {
+        // Before the new `<main>` comes in: a shorter page would clamp the scroll.
+        scroll::remember();
+    }
     if !swap(&page, false) {
         let _ = window().location().assign(&url);
         return;
@@ -79,7 +83,7 @@ pub async fn go(url: String, push: bool) {
     if push && let Ok(history) = window().history() {
         let _ = history.push_state_with_url(&JsValue::NULL, "", Some(&landed));
     }
-    window().scroll_to_with_x_and_y(0.0, 0.0);
+    scroll::restore();
     // Browsers honour `autofocus` on a page's first load only; a confirmation opened here gets the
     // focus the same way.
     if let Ok(Some(el)) = document().query_selector("main [autofocus]") {

@@ -457,6 +457,71 @@ fn live_updates_resume_after_a_dropped_connection_without_duplicate_rows() {
     })
 }
 
+/// How far the window is scrolled, in CSS pixels.
+async fn scrolled(b: &Client) -> i64 {
+    b.execute("return Math.round(window.scrollY)", vec![])
+        .await
+        .unwrap()
+        .as_i64()
+        .unwrap()
+}
+
+#[test]
+fn back_and_reload_come_back_to_where_the_page_was_scrolled() {
+    let _turn = one_browser_at_a_time();
+    block_on(async {
+        let driver = Driver::start();
+        let cluster = Cluster::new().await;
+        for i in 0..40 {
+            cluster.create_tenant(&format!("t{i:02}")).await;
+        }
+        let served = Served::start(cluster, false).await;
+        let b = driver.session(true).await;
+        b.goto(&served.at("/tenants")).await.unwrap();
+        wait_live(&b).await;
+        let far_down: i64 = b
+            .execute(
+                "document.querySelector(\"tr[data-tenant='t35']\").scrollIntoView(); \
+                 return Math.round(window.scrollY)",
+                vec![],
+            )
+            .await
+            .unwrap()
+            .as_i64()
+            .unwrap();
+        assert!(
+            far_down > 500,
+            "the list is long enough to scroll: {far_down}"
+        );
+        mark_page(&b).await;
+
+        click(&b, "tr[data-tenant='t35'] a[href='/tenants/t35']").await;
+        eventually("the tenant's page", || async {
+            b.current_url().await.unwrap().path() == "/tenants/t35"
+        })
+        .await;
+        assert_eq!(scrolled(&b).await, 0, "a new page starts at the top");
+
+        b.back().await.unwrap();
+        eventually("back on the list, where it was scrolled to", || async {
+            b.current_url().await.unwrap().path() == "/tenants"
+                && exists(&b, "tr[data-tenant='t35']").await
+                && scrolled(&b).await == far_down
+        })
+        .await;
+        assert!(same_page(&b).await, "Back loaded no page");
+
+        b.refresh().await.unwrap();
+        wait_live(&b).await;
+        assert!(!same_page(&b).await, "a reload is a page load");
+        eventually("reloaded where it was scrolled to", || async {
+            scrolled(&b).await == far_down
+        })
+        .await;
+        b.close().await.unwrap();
+    })
+}
+
 /// A browser keeps recent pages for Back (the back/forward cache); a kept page must not keep its event
 /// stream, or after six full page loads every connection the browser allows to one host (HTTP/1.1) is
 /// held by a stream and the seventh load stalls until one times out. It did: the accessibility test's
