@@ -7,19 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware;
-use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::routing::get;
 use futures::Stream;
 use leptos::prelude::*;
-use leptos_axum::{
-    AxumRouteListing, LeptosRoutes, ResponseOptions, generate_route_list,
-    handle_server_fns_with_context,
-};
+use leptos_axum::{AxumRouteListing, LeptosRoutes, ResponseOptions, generate_route_list};
 use sentry_tenants_app::api::Backend;
 use sentry_tenants_app::{App, OUTPUT_NAME, shell};
 use tokio::sync::watch;
@@ -85,23 +80,8 @@ pub fn router(dashboard: Dashboard) -> Router {
         // Before a page is rendered or reused: a message in its address must be one we signed.
         .layer(middleware::from_fn(only_signed_messages));
 
-    let server_fns = {
-        let backend = backend.clone();
-        move |req: Request<Body>| {
-            let backend = backend.clone();
-            async move {
-                // Reads only: mutations are the form-post routes below, never server functions.
-                if req.method() != Method::GET {
-                    return (StatusCode::METHOD_NOT_ALLOWED, "read-only endpoint").into_response();
-                }
-                handle_server_fns_with_context(move || provide_context(backend.clone()), req)
-                    .await
-                    .into_response()
-            }
-        }
-    };
+    // The pages' server functions (`/api/*`, GET only) are routed by `leptos_routes_with_context`.
     let mut app = Router::new()
-        .route("/api/{*fn_name}", get(server_fns.clone()).post(server_fns))
         .route(
             "/events",
             get(events).with_state((dashboard.changes, dashboard.shutdown)),

@@ -543,6 +543,67 @@ fn a_link_cannot_forge_a_notice_or_an_error() {
     })
 }
 
+/// `/api/*` is the pages' read API (GET, JSON): another method gets 405 and an unknown function 404,
+/// and nothing is written either way.
+#[test]
+fn the_read_api_answers_get_only() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.log.clear();
+        let request = |method: http::Method, path: &str| {
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::HOST, "127.0.0.1:8080")
+                .header(header::ORIGIN, "http://127.0.0.1:8080")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from("name=acme"))
+                .unwrap()
+        };
+        for path in [
+            "/api/overview",
+            "/api/tenants",
+            "/api/tenant?name=acme",
+            "/api/runs",
+        ] {
+            let read = send(
+                dashboard_router(&c, false),
+                request(http::Method::GET, path),
+            )
+            .await;
+            assert_eq!(read.status, StatusCode::OK, "GET {path}: {}", read.body);
+            for method in [
+                http::Method::POST,
+                http::Method::PUT,
+                http::Method::PATCH,
+                http::Method::DELETE,
+            ] {
+                let reply = send(dashboard_router(&c, false), request(method.clone(), path)).await;
+                assert_eq!(
+                    reply.status,
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "{method} {path}: {}",
+                    reply.body
+                );
+            }
+        }
+        for method in [http::Method::GET, http::Method::POST] {
+            let reply = send(
+                dashboard_router(&c, false),
+                request(method.clone(), "/api/create_tenant"),
+            )
+            .await;
+            assert_eq!(
+                reply.status,
+                StatusCode::NOT_FOUND,
+                "{method} of no function: {}",
+                reply.body
+            );
+        }
+        assert!(c.log.writes().is_empty(), "{:?}", c.log.writes());
+    })
+}
+
 /// An open live-updates stream never ends by itself: at shutdown it must, or the server (and the pod)
 /// waits for it until the grace period kills it.
 #[test]
