@@ -37,13 +37,23 @@ impl Permissions {
     pub async fn reviewed(
         client: Client,
         namespace: String,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Self::reviewed_every(REVIEW_EVERY, client, namespace, shutdown).await
+    }
+
+    /// Reviewed now, then every `period` until `shutdown` (tests wait less than a minute).
+    pub async fn reviewed_every(
+        period: Duration,
+        client: Client,
+        namespace: String,
         mut shutdown: watch::Receiver<bool>,
     ) -> Self {
         let (tx, rx) = watch::channel(review(&client, &namespace).await);
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(REVIEW_EVERY) => {}
+                    _ = tokio::time::sleep(period) => {}
                     _ = shutdown.wait_for(|stop| *stop) => return,
                 }
                 // Nobody reads the reviews any more (the dashboard turned read-only): stop asking.

@@ -253,3 +253,72 @@ async fn the_local_dashboard_acts_as_the_person_and_their_rbac_decides() {
         "the refused delete was alice's own request"
     );
 }
+
+/// The reviews behind the buttons are renewed while the dashboard runs: a Role granted shows the
+/// buttons it allows, and the grant taken away hides them again (every 60 s in the product; every
+/// quarter second here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_reviews_follow_a_grant_given_and_taken_away() {
+    use sentry_tenants::web::permissions::Permissions;
+    let s = setup("local-renew").await;
+    let (ok, _, err) = s
+        .plane
+        .kubectl(&["create", "serviceaccount", "bob", "-n", &s.ns], None);
+    assert!(ok, "{err}");
+    let (bob, _) = s.as_account("bob").await;
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    let every = std::time::Duration::from_millis(250);
+    let permissions = Permissions::reviewed_every(every, bob, s.ns.clone(), shutdown).await;
+    assert_eq!(
+        permissions.now(),
+        Default::default(),
+        "bob may do nothing yet"
+    );
+
+    s.apply(&run_starter_role("bob"));
+    wait_until("the grant to show", async || {
+        permissions.now().start_runs.then_some(())
+    })
+    .await;
+    let now = permissions.now();
+    assert!(
+        !now.create && !now.change && !now.delete,
+        "only what the Role grants: {now:?}"
+    );
+
+    let (ok, _, err) = s
+        .plane
+        .kubectl(&["delete", "rolebinding", "bob", "-n", &s.ns], None);
+    assert!(ok, "{err}");
+    wait_until("the grant taken away to hide its buttons", async || {
+        (!permissions.now().start_runs).then_some(())
+    })
+    .await;
+}
+
+/// May create runs (Provision, Rotate), nothing else.
+fn run_starter_role(account: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {account}
+rules:
+- apiGroups: [sentry.io]
+  resources: [runjobs]
+  verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {account}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {account}
+subjects:
+- kind: ServiceAccount
+  name: {account}
+"
+    )
+}
