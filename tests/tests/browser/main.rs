@@ -479,16 +479,13 @@ fn back_and_reload_come_back_to_where_the_page_was_scrolled() {
         let b = driver.session(true).await;
         b.goto(&served.at("/tenants")).await.unwrap();
         wait_live(&b).await;
-        let far_down: i64 = b
-            .execute(
-                "document.querySelector(\"tr[data-tenant='t35']\").scrollIntoView(); \
-                 return Math.round(window.scrollY)",
-                vec![],
-            )
-            .await
-            .unwrap()
-            .as_i64()
-            .unwrap();
+        b.execute(
+            "document.querySelector(\"tr[data-tenant='t35']\").scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+        let far_down = scrolled(&b).await;
         assert!(
             far_down > 500,
             "the list is long enough to scroll: {far_down}"

@@ -20,25 +20,15 @@ use sentry_tenants_tests::cluster_tier::tenant;
 
 use crate::{Setup, setup};
 
-/// May read tenants, runs and Jobs, and patch tenants (Suspend, Resume, limits); may not create runs
-/// (Provision, Rotate) nor create or delete tenants.
-fn suspender_role(account: &str) -> String {
+/// A Role with `rules` (YAML list items), bound to the namespace's ServiceAccount `account`.
+fn role_for(account: &str, rules: &str) -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
   name: {account}
 rules:
-- apiGroups: [sentry.io]
-  resources: [tenants]
-  verbs: [get, list, watch, patch]
-- apiGroups: [sentry.io]
-  resources: [runjobs]
-  verbs: [get, list, watch]
-- apiGroups: [batch]
-  resources: [jobs]
-  verbs: [get, list, watch]
----
+{rules}---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
@@ -51,6 +41,35 @@ subjects:
 - kind: ServiceAccount
   name: {account}
 "
+    )
+}
+
+/// May read tenants, runs and Jobs, and patch tenants (Suspend, Resume, limits); may not create runs
+/// (Provision, Rotate) nor create or delete tenants.
+fn suspender_role(account: &str) -> String {
+    role_for(
+        account,
+        "- apiGroups: [sentry.io]
+  resources: [tenants]
+  verbs: [get, list, watch, patch]
+- apiGroups: [sentry.io]
+  resources: [runjobs]
+  verbs: [get, list, watch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch]
+",
+    )
+}
+
+/// May create runs (Provision, Rotate), nothing else.
+fn run_starter_role(account: &str) -> String {
+    role_for(
+        account,
+        "- apiGroups: [sentry.io]
+  resources: [runjobs]
+  verbs: [create]
+",
     )
 }
 
@@ -294,31 +313,4 @@ async fn permission_reviews_follow_a_grant_given_and_taken_away() {
         (!permissions.now().start_runs).then_some(())
     })
     .await;
-}
-
-/// May create runs (Provision, Rotate), nothing else.
-fn run_starter_role(account: &str) -> String {
-    format!(
-        "apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: {account}
-rules:
-- apiGroups: [sentry.io]
-  resources: [runjobs]
-  verbs: [create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: {account}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: {account}
-subjects:
-- kind: ServiceAccount
-  name: {account}
-"
-    )
 }
