@@ -205,6 +205,22 @@ pub async fn fresh_namespace(client: &Client, prefix: &str) -> String {
     }
 }
 
+/// Waits until kube-controller-manager acts on new namespaces again — its root CA publisher puts
+/// `kube-root-ca.crt` into a fresh one, which every pod's ServiceAccount volume needs. After an
+/// apiserver restart its watches come back by themselves, but only after a back-off (up to a minute);
+/// tests sharing the cluster start once they have.
+pub async fn wait_controllers_caught_up(client: &Client) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let ns = fresh_namespace(client, "caught-up").await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    wait_until("kube-root-ca.crt in a new namespace", async || {
+        maps.get_opt("kube-root-ca.crt").await.ok().flatten()
+    })
+    .await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(&ns, &Default::default()).await;
+}
+
 /// Waits until `name` is gone from `api`: deleted, with every finalizer released.
 pub async fn wait_gone<K>(api: &Api<K>, name: &str)
 where

@@ -177,18 +177,16 @@ impl PodWorker {
                 };
             }
         }
-        let volumes = match self.prepare_volumes(&pod).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                for r in &mut reports {
-                    r.state = State::Waiting {
-                        reason: "CreateContainerConfigError".into(),
-                        message: e.to_string(),
-                    };
-                }
-                None
+        if let Some(message) = unsupported_volume(&pod) {
+            for r in &mut reports {
+                r.state = State::Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: message.clone(),
+                };
             }
-        };
+        }
+        let mut volumes = None;
+        let mut next_mount = Instant::now();
 
         loop {
             let pod = self.pod();
@@ -201,6 +199,21 @@ impl PodWorker {
                 self.stop_all(&mut running, Duration::from_secs(grace))
                     .await;
                 break;
+            }
+            // As a real kubelet: a volume that cannot be set up yet (a ConfigMap or Secret not there
+            // yet, such as `kube-root-ca.crt` in a namespace the controller-manager has not reached)
+            // keeps the pod ContainerCreating and is tried again.
+            if volumes.is_none()
+                && Instant::now() >= next_mount
+                && unsupported_volume(&pod).is_none()
+            {
+                match self.prepare_volumes(&pod).await {
+                    Ok(v) => volumes = Some(v),
+                    Err(e) => {
+                        tracing::warn!(pod = %self.name, error = %e, "MountVolume.SetUp failed; trying again");
+                        next_mount = Instant::now() + Duration::from_secs(2);
+                    }
+                }
             }
             for (i, c) in containers.iter().enumerate() {
                 if done[i] || spec.init_containers.as_ref().is_some_and(|v| !v.is_empty()) {
@@ -402,7 +415,7 @@ impl PodWorker {
             "podIP": self.net.ip, "podIPs": [{"ip": self.net.ip}],
             "startTime": started.to_string(),
             "containerStatuses": statuses,
-            "qosClass": "Burstable",
+            // No qosClass: the API server set it when the pod was created, and it cannot change.
         })
     }
 
@@ -672,10 +685,7 @@ impl PodWorker {
             }
             return Ok(());
         }
-        anyhow::bail!(
-            "volume {}: the stand-in kubelet supports emptyDir, secret, configMap and projected volumes",
-            v.name
-        )
+        anyhow::bail!("{}", unsupported(&v.name))
     }
 
     async fn project(
@@ -745,6 +755,26 @@ impl PodWorker {
             .await?;
         Ok(answer.status.map(|s| s.token).unwrap_or_default())
     }
+}
+
+/// Why the stand-in cannot run this pod's volumes at all (it knows fewer kinds than a kubelet).
+fn unsupported_volume(pod: &Pod) -> Option<String> {
+    let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+    volumes
+        .iter()
+        .find(|v| {
+            v.empty_dir.is_none()
+                && v.secret.is_none()
+                && v.config_map.is_none()
+                && v.projected.is_none()
+        })
+        .map(|v| unsupported(&v.name))
+}
+
+fn unsupported(volume: &str) -> String {
+    format!(
+        "volume {volume}: the stand-in kubelet supports emptyDir, secret, configMap and projected volumes"
+    )
 }
 
 struct Unrunnable {

@@ -596,3 +596,65 @@ async fn who_can_act_through_the_dashboard_is_read_off_the_rbac() {
         "view may not port-forward: {who:#?}"
     );
 }
+
+/// The stand-in kubelet, as a real one: a pod whose ConfigMap volume is not there yet waits in
+/// `ContainerCreating` (which `install`'s rollout wait does not take for stuck: a new namespace's
+/// `kube-root-ca.crt` can come after its first pod) and starts once the ConfigMap appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_waits_for_a_config_map_volume_made_after_it() {
+    let s = setup("volume-later").await;
+    s.apply(&format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: later
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: {}
+    args: [\"--version\"]
+    volumeMounts:
+    - name: later
+      mountPath: /etc/later
+  volumes:
+  - name: later
+    configMap:
+      name: later
+",
+        sentry_tenants::DEFAULT_IMAGE
+    ));
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let waiting = async || {
+        let status = pods.get("later").await.ok()?.status?;
+        let state = status.container_statuses?.first()?.state.clone()?;
+        state.waiting?.reason
+    };
+    wait_until("the pod waiting for its volume", async || {
+        waiting().await.filter(|r| r == "ContainerCreating")
+    })
+    .await;
+    // The stand-in tries the mount again every 2 s: it has failed more than once by now.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(
+        waiting().await.as_deref(),
+        Some("ContainerCreating"),
+        "still waiting, not failed"
+    );
+
+    let maps: Api<ConfigMap> = Api::namespaced(s.admin.clone(), &s.ns);
+    let map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("later".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("k".to_owned(), "v".to_owned())])),
+        ..ConfigMap::default()
+    };
+    maps.create(&PostParams::default(), &map).await.unwrap();
+    wait_until("the pod run once its volume could be set up", async || {
+        let phase = pods.get("later").await.ok()?.status?.phase?;
+        (phase == "Succeeded").then_some(())
+    })
+    .await;
+}

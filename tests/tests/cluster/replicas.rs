@@ -10,7 +10,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants::leader::LEASE_NAME;
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
-use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
+use sentry_tenants_tests::control_plane::{wait_controllers_caught_up, wait_gone, wait_until};
 
 use crate::provision::{finished, provision_run, tenant, tenant_in_phase};
 use crate::{Setup, setup, setup_alone};
@@ -199,4 +199,5 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
     assert_eq!(suspend_runs.len(), 1, "one Suspend run: {suspend_runs:?}");
     assert_eq!(s.creates("jobs", &suspend_runs[0]), 1);
     s.assert_no_forbidden();
+    wait_controllers_caught_up(&s.admin).await;
 }
