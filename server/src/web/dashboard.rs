@@ -59,12 +59,9 @@ fn route_list() -> Vec<AxumRouteListing> {
 pub fn router(dashboard: Dashboard) -> Router {
     let options = leptos_options();
     let backend: Arc<dyn Backend> = dashboard.backend.clone();
-    let context = {
-        let backend = backend.clone();
-        move || {
-            provide_context(backend.clone());
-            set_page_csp();
-        }
+    let context = move || {
+        provide_context(backend.clone());
+        set_page_csp();
     };
     let routes = route_list();
     let pages = Router::new()
