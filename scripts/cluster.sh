@@ -150,7 +150,9 @@ EOF
 start() { # name command...
   local name=$1
   shift
-  "$@" >>"$dir/logs/$name.log" 2>&1 &
+  # The cluster outlives any one test, also when a test restarts part of it: not a process of the test
+  # run for scripts/test.sh's leak check, nor of the test that asked (tests/src/processes.rs).
+  env -u SENTRY_TENANTS_TEST_RUN -u SENTRY_TENANTS_TEST_OWNER "$@" >>"$dir/logs/$name.log" 2>&1 &
   echo $! >"$dir/pids/$name"
 }
 

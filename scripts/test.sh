@@ -30,11 +30,46 @@ SENTRY_TENANTS_E2E_KUBECONFIG=$(bash scripts/cluster.sh up)
 export SENTRY_TENANTS_E2E_KUBECONFIG
 
 log=$(mktemp)
-trap 'rm -f "$log"; bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
+cargo_pid=
+trap '[ -z "$cargo_pid" ] || kill "$cargo_pid" 2>/dev/null; rm -f "$log"; bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
+# Every process of the test run carries this mark in its environment (the cluster's daemons drop it), so
+# whatever a test leaves behind is found below. cargo writes to a file, not a pipe: a leftover process
+# holding the pipe would keep a reader such as tee waiting for ever.
+run_mark="$$-$(date +%s%N)"
 set +e
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+SENTRY_TENANTS_TEST_RUN=$run_mark cargo test --workspace --locked --no-fail-fast >"$log" 2>&1 &
+cargo_pid=$!
+tail -n +1 -f --pid="$cargo_pid" "$log"
+wait "$cargo_pid"
+status=$?
+cargo_pid=
 set -e
+
+# Nothing a test started may outlive the run (tests/src/processes.rs kills what each test started
+# when it ends, however it ends): anything still carrying the mark is named, killed and counted.
+leaked=$(python3 - "SENTRY_TENANTS_TEST_RUN=$run_mark" <<'PY'
+import os, sys
+mark = sys.argv[1].encode()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if mark not in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+            continue
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        continue  # gone meanwhile
+    if state not in ("Z", "X"):
+        print(pid, cmd.strip()[:200])
+PY
+)
+if [ -n "$leaked" ]; then
+  while read -r pid cmd; do
+    echo "leaked: $cmd"
+    kill -KILL "$pid" 2>/dev/null || true
+  done <<<"$leaked"
+  echo "test result: FAILED. 0 passed; $(wc -l <<<"$leaked") failed; 0 ignored; 0 measured; 0 filtered out (processes left running)" >>"$log"
+  status=1
+fi
 
 # Over the whole run, not just per test: any request of one of our ServiceAccounts that the apiserver
 # forbade means the RBAC we ship is short of what the code does.

@@ -2,7 +2,7 @@
 //! fantoccini, against the real dashboard router served on 127.0.0.1.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,14 +10,15 @@ use fantoccini::{Client, ClientBuilder};
 use serde_json::json;
 
 pub use crate::PATIENCE;
+use crate::processes::Owned;
 use crate::{Cluster, free_port};
 
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// A chromedriver process, stopped on drop.
+/// A chromedriver process and the Chromium it starts, all killed on drop.
 pub struct Driver {
-    child: Child,
+    child: Option<Owned>,
     port: u16,
     profile: PathBuf,
 }
@@ -31,12 +32,13 @@ impl Driver {
             );
         }
         let port = free_port();
-        let child = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
+        let child = Owned::spawn(
+            Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .expect("start chromedriver");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "chromedriver did not start");
@@ -47,7 +49,7 @@ impl Driver {
             std::process::id()
         ));
         Self {
-            child,
+            child: Some(child),
             port,
             profile,
         }
@@ -96,10 +98,16 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// chromedriver and every Chromium process it started, alive now.
+    pub fn processes(&self) -> std::collections::BTreeSet<u32> {
+        self.child.as_ref().map(Owned::processes).unwrap_or_default()
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.child.take()); // Chromium gone before its profile is removed
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }

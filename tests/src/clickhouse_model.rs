@@ -162,8 +162,11 @@ impl Model {
     }
 
     /// Whether `user` may log in with `password`: its password, or an older one still valid, and
-    /// logins not locked.
+    /// logins not locked (and no red run rehearsed with every login refused).
     pub fn may_log_in(&self, user: &str, password: &str) -> bool {
+        if crate::rehearsal::logins_refused() {
+            return false;
+        }
         let older = self.previous.get(user).is_some_and(|(hash, until)| {
             *hash == sha256_hex(password) && jiff::Timestamp::now() < *until
         });

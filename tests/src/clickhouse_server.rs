@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use crate::free_port;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::processes::Owned;
 use std::time::{Duration, Instant};
 
 pub const BINARY: &str = "/usr/sbin/clickhouse-server";
@@ -12,7 +14,7 @@ pub const ADMIN: &str = "admin";
 pub const ADMIN_PASSWORD: &str = "adm1n-s3cret";
 
 pub struct ClickHouseServer {
-    child: Child,
+    child: Option<Owned>,
     dir: PathBuf,
     pub http_port: u16,
     pub host: String,
@@ -98,18 +100,19 @@ impl ClickHouseServer {
             ),
         )
         .unwrap();
-        let child = Command::new(BINARY)
-            .arg(format!(
-                "--config-file={}",
-                dir.join("config.xml").display()
-            ))
-            .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start clickhouse-server");
+        let child = Owned::spawn(
+            Command::new(BINARY)
+                .arg(format!(
+                    "--config-file={}",
+                    dir.join("config.xml").display()
+                ))
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .expect("start clickhouse-server");
         Self {
-            child,
+            child: Some(child),
             dir,
             http_port,
             host: host.to_owned(),
@@ -136,7 +139,10 @@ impl ClickHouseServer {
                     return Ok(());
                 }
             }
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
+            if matches!(
+                self.child.as_mut().map(|c| c.child_mut().try_wait()),
+                Some(Ok(Some(_)))
+            ) {
                 return Err(log(&self.dir));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -147,8 +153,7 @@ impl ClickHouseServer {
 
 impl Drop for ClickHouseServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.child.take()); // the server gone before its data directory
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

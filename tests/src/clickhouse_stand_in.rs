@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Query, State};
@@ -21,13 +21,14 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
 use crate::clickhouse_model::Model;
+use crate::processes::Owned;
 
 /// A current ClickHouse version, as `SELECT version()` answers.
 pub const VERSION: &str = "26.9.1.1";
 
 /// chdb's parser in one long-lived Python process (`tests/chdb_parse.py --serve`).
 struct Parser {
-    child: Child,
+    _child: Owned,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
@@ -41,18 +42,19 @@ impl Parser {
             "{} is missing: run `bash scripts/setup.sh` (it installs chdb-core)",
             python.display()
         );
-        let mut child = Command::new(python)
-            .arg(root.join("chdb_parse.py"))
-            .arg("--serve")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start chdb's parser");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut child = Owned::spawn(
+            Command::new(python)
+                .arg(root.join("chdb_parse.py"))
+                .arg("--serve")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        )
+        .expect("start chdb's parser");
+        let stdin = child.child_mut().stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.child_mut().stdout.take().expect("stdout"));
         Self {
-            child,
+            _child: child,
             stdin,
             stdout,
         }
@@ -70,13 +72,6 @@ impl Parser {
             (_, Some(e)) => Err(e.to_owned()),
             _ => Err(format!("unexpected answer from chdb: {line}")),
         }
-    }
-}
-
-impl Drop for Parser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

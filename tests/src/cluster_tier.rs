@@ -86,6 +86,32 @@ impl Setup {
         .expect("valid values")
     }
 
+    /// `sentry-tenants run` itself, as a process of its own in the test's namespace, acting with
+    /// `kubeconfig` (the operator's ServiceAccount) and provisioning against `clickhouse_url`; killed
+    /// when the guard goes, `Owned::terminate` for its graceful shutdown.
+    pub fn operator_process(
+        &self,
+        kubeconfig: &std::path::Path,
+        clickhouse_url: &str,
+        identity: &str,
+    ) -> crate::processes::Owned {
+        let binary = self.plane.project_binary();
+        crate::processes::Owned::spawn(
+            std::process::Command::new(&binary)
+                .args(["run", "--namespace", &self.ns])
+                .args(["--image", sentry_tenants::DEFAULT_IMAGE])
+                .args(["--clickhouse-url", clickhouse_url, "--identity", identity])
+                .args(["--probe-addr", "127.0.0.1:0"])
+                .args(["--dashboard-addr", "127.0.0.1:0"])
+                .env("KUBECONFIG", kubeconfig)
+                .env("NO_COLOR", "1")
+                .env("RUST_LOG", "warn")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::inherit()),
+        )
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+    }
+
     /// `install` into the test's namespace with an image nobody can pull, so the operator's pods wait
     /// (`ErrImagePull`) instead of reconciling: for tests that run the operator's code in-process, or
     /// none at all, and must not share the namespace with a second operator.
@@ -197,6 +223,18 @@ impl Setup {
     pub async fn as_account(&self, account: &str) -> (Client, PathBuf) {
         let path = service_account_kubeconfig(self.plane, &self.admin, &self.ns, account).await;
         (client_from(&path).await, path)
+    }
+
+    /// Who holds the operator's leader Lease in this namespace, if anyone.
+    pub async fn lease_holder(&self) -> Option<String> {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(self.admin.clone(), &self.ns);
+        leases
+            .get_opt(sentry_tenants::leader::LEASE_NAME)
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
     }
 
     /// Successful creates of `resource` named `name` in this namespace, from the audit log.

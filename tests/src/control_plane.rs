@@ -147,16 +147,17 @@ pub fn kubectl_with(
     stdin: Option<&str>,
 ) -> (bool, String, String) {
     use std::io::Write;
-    let mut child = Command::new(kubectl)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    let mut input = child.stdin.take().expect("stdin");
+    let mut child = crate::processes::Owned::spawn(
+        Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    )
+    .expect("run kubectl");
+    let mut input = child.child_mut().stdin.take().expect("stdin");
     input
         .write_all(stdin.unwrap_or_default().as_bytes())
         .expect("write kubectl's stdin");

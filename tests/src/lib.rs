@@ -32,6 +32,8 @@ pub mod cluster_tier;
 pub mod control_plane;
 pub mod fleet;
 pub mod kubelet;
+pub mod processes;
+pub mod rehearsal;
 pub mod tls;
 
 pub const NS: &str = "sentry-tenants";
@@ -1306,7 +1308,7 @@ pub mod clickhouse_seam {
             if matches!(st.fail_with, Some(ChError::Unreachable(_))) {
                 st.failure()?;
             }
-            if st.model.password_matches(user, password) {
+            if st.model.password_matches(user, password) && !crate::rehearsal::logins_refused() {
                 Ok(format!("{user}\n"))
             } else {
                 Err(ChError::Server {

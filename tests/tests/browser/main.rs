@@ -5,6 +5,7 @@
 //! integration binary never share the two cores with Chromium; inside it, the tests take turns.
 
 mod a11y;
+mod guards;
 mod on_cluster;
 
 use fantoccini::{Client, Locator};

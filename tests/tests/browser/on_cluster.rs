@@ -60,6 +60,7 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
         // Automatic, the form's default: the operator provisions it, no click.
         submit_new_tenant(&b, "acme", &["Pending", "Provisioning", "Active"]).await;
         shown_active_live(&b, "acme").await;
+        sentry_tenants_tests::rehearsal::fail_here("browser");
         assert_eq!(fact(&b, "Provisioning").await, "Automatic");
         assert!(
             !exists(&b, "form[action='/actions/tenants/acme/provision']").await,

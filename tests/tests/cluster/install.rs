@@ -478,15 +478,17 @@ async fn the_cli_install_names_a_missing_admin_secret_and_an_image_it_cannot_pul
     let target = format!("{}-own", s.ns);
     let kubeconfig = s.plane.kubeconfig.to_str().unwrap().to_owned();
     let run = |args: &[&str], stdin: &str| {
-        let mut child = std::process::Command::new(s.plane.project_binary())
-            .args(["--kubeconfig", &kubeconfig, "install", "-n", &target])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = sentry_tenants_tests::processes::Owned::spawn(
+            std::process::Command::new(s.plane.project_binary())
+                .args(["--kubeconfig", &kubeconfig, "install", "-n", &target])
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        )
+        .unwrap();
         child
+            .child_mut()
             .stdin
             .take()
             .unwrap()

@@ -5,7 +5,7 @@
 //! person's identity, as the API server's audit log shows.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use axum::body::Body;
 use http::{Request, StatusCode, header};
@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use sentry_tenants::crd::{RunJob, Tenant};
 use sentry_tenants_tests::control_plane::wait_until;
+use sentry_tenants_tests::processes::Owned;
 use serde_json::Value;
 
 use sentry_tenants_tests::cluster_tier::tenant;
@@ -75,36 +76,30 @@ fn run_starter_role(account: &str) -> String {
 
 /// The CLI serving the dashboard, and where.
 struct LocalDashboard {
-    child: Child,
+    _child: Owned,
     origin: String,
-}
-
-impl Drop for LocalDashboard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl LocalDashboard {
     /// Started with `kubeconfig`; ready once it prints where it serves.
     fn start(s: &Setup, kubeconfig: &std::path::Path) -> Self {
-        let mut child = Command::new(s.plane.project_binary())
-            .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
-            .args([
-                "dashboard",
-                "--local",
-                "-n",
-                &s.ns,
-                "--port",
-                "0",
-                "--no-browser",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut child = Owned::spawn(
+            Command::new(s.plane.project_binary())
+                .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
+                .args([
+                    "dashboard",
+                    "--local",
+                    "-n",
+                    &s.ns,
+                    "--port",
+                    "0",
+                    "--no-browser",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        )
+        .expect("the binary starts");
+        let mut stderr = BufReader::new(child.child_mut().stderr.take().unwrap());
         let mut said = String::new();
         let origin = loop {
             let mut line = String::new();
@@ -118,7 +113,10 @@ impl LocalDashboard {
         };
         // Keep reading, so its log lines never fill the pipe.
         std::thread::spawn(move || for _ in stderr.lines() {});
-        Self { child, origin }
+        Self {
+            _child: child,
+            origin,
+        }
     }
 
     async fn send(&self, request: Request<Body>) -> (StatusCode, String) {

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
-use sentry_tenants::leader::LEASE_NAME;
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_controllers_caught_up, wait_gone, wait_until};
 
@@ -49,17 +47,6 @@ async fn running(runs: &Api<RunJob>, name: &str) {
     .await;
 }
 
-/// Who holds the operator's Lease now.
-pub async fn holder(s: &Setup) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
-    leases
-        .get_opt(LEASE_NAME)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader_left() {
     let s = setup("replicas").await;
@@ -67,7 +54,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader
     s.install_replicas(&ch.url, ("ch-admin", "ch-admin-password"), 2)
         .await;
     let pods = ready_operator_pods(&s, 2).await;
-    let leader = wait_until("a leader", async || holder(&s).await).await;
+    let leader = wait_until("a leader", async || s.lease_holder().await).await;
     assert!(
         pods.iter().any(|p| p.name_any() == leader),
         "{leader} is one of the pods"
@@ -88,7 +75,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader
     // Work left behind: a suspension to enforce, and the run's cleanup when its TTL runs out.
     s.set_suspended("acme", true);
     let next = wait_until("another leader", async || {
-        holder(&s).await.filter(|h| *h != leader)
+        s.lease_holder().await.filter(|h| *h != leader)
     })
     .await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);

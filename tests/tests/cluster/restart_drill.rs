@@ -4,8 +4,6 @@
 //! its own lists and watches, new controllers, and the Lease won again through leader election. Nothing
 //! in the test fills a cache or plays a controller.
 
-use std::process::{Child, Command, Stdio};
-
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
@@ -14,7 +12,6 @@ use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
 
 use crate::provision::{password, provision_run, tenant};
-use crate::replicas::holder;
 use crate::{Setup, setup};
 
 const RUN: &str = "acme-provision-1";
@@ -57,52 +54,6 @@ async fn finished(s: &Setup) -> bool {
     })
 }
 
-/// `sentry-tenants run` as the operator's ServiceAccount, provisioning against `clickhouse_url`.
-fn start_operator(
-    s: &Setup,
-    kubeconfig: &std::path::Path,
-    clickhouse_url: &str,
-    identity: &str,
-) -> Child {
-    let binary = s.plane.project_binary();
-    Command::new(&binary)
-        .args([
-            "run",
-            "--namespace",
-            &s.ns,
-            "--image",
-            sentry_tenants::DEFAULT_IMAGE,
-        ])
-        .args(["--clickhouse-url", clickhouse_url, "--identity", identity])
-        .args([
-            "--probe-addr",
-            "127.0.0.1:0",
-            "--dashboard-addr",
-            "127.0.0.1:0",
-        ])
-        .env("KUBECONFIG", kubeconfig)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
-}
-
-/// SIGTERM, as a pod's deletion sends it; returns once the process has shut down by itself.
-fn stop_operator(mut child: Child) {
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success());
-    let status = child.wait().expect("wait for the operator");
-    assert!(
-        status.success(),
-        "the operator's graceful shutdown: {status}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_process_restarted_after_every_step_of_a_run_makes_one_job_and_loses_nothing() {
     let s = setup("restart-drill").await;
@@ -134,9 +85,9 @@ async fn an_operator_process_restarted_after_every_step_of_a_run_makes_one_job_a
         );
         let before = progress(&s).await;
         let identity = format!("restart-drill-{starts}");
-        let operator = start_operator(&s, &kubeconfig, &ch.url, &identity);
+        let operator = s.operator_process(&kubeconfig, &ch.url, &identity);
         wait_until(&format!("{identity} to win the Lease"), async || {
-            (holder(&s).await.as_deref() == Some(identity.as_str())).then_some(())
+            (s.lease_holder().await.as_deref() == Some(identity.as_str())).then_some(())
         })
         .await;
         let after = wait_until(
@@ -147,7 +98,12 @@ async fn an_operator_process_restarted_after_every_step_of_a_run_makes_one_job_a
             },
         )
         .await;
-        stop_operator(operator);
+        sentry_tenants_tests::rehearsal::fail_here("restart_drill");
+        let status = operator.terminate().expect("wait for the operator");
+        assert!(
+            status.success(),
+            "the operator's graceful shutdown: {status}"
+        );
         steps.push(after);
     }
 

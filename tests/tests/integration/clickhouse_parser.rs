@@ -32,14 +32,16 @@ fn parse_all(statements: &[String]) -> Vec<Result<String, String>> {
         std::path::Path::new(&py).exists(),
         "{py} is missing: run `bash scripts/setup.sh` (it installs chdb-core)"
     );
-    let mut child = Command::new(&py)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/chdb_parse.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut child = sentry_tenants_tests::processes::Owned::spawn(
+        Command::new(&py)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/chdb_parse.py"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    )
+    .unwrap();
     child
+        .child_mut()
         .stdin
         .take()
         .unwrap()
