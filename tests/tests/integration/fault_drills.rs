@@ -66,6 +66,11 @@ const MAX_ROUNDS: usize = 40;
 /// Times the drill's user clicks a button again after the dashboard reported an error or the tenant
 /// did not get where the click should take it.
 const MAX_USER_RETRIES: usize = 10;
+/// Click cycles in a row in which no pending tenant got there before the drill stops retrying: with
+/// 10 % of requests failing, every cycle gets most of the pending tenants there (the green drill needs
+/// two or three cycles in all), so two without any progress mean something is broken, not unlucky —
+/// and a broken provisioner fails the drill after two cycles instead of ten.
+const MAX_STALLED_CYCLES: usize = 2;
 
 /// Clicks `action` on every tenant in `names` until each is where `done` says it should be, letting the
 /// fleet settle between batches, as a user with a list of tenants and a flaky cluster would. Returns the
@@ -80,7 +85,12 @@ async fn click_until(
 ) -> usize {
     let mut clicks = 0;
     let mut pending: Vec<String> = names.to_vec();
-    for _ in 0..MAX_USER_RETRIES {
+    let mut stalled = 0;
+    let mut cycles = 0;
+    let mut last_seen = String::new();
+    while cycles < MAX_USER_RETRIES && stalled < MAX_STALLED_CYCLES {
+        cycles += 1;
+        let before = pending.len();
         for name in &pending {
             clicks += 1;
             fleet.click(name, action).await;
@@ -102,14 +112,29 @@ async fn click_until(
         if pending.is_empty() {
             break;
         }
+        stalled = if pending.len() == before { stalled + 1 } else { 0 };
+        last_seen = where_it_is(&tenants[&pending[0]]);
+        sentry_tenants_tests::summary(&format!(
+            "{action}: {} of {} tenants pending after click cycle {cycles}",
+            pending.len(),
+            names.len()
+        ));
     }
     assert!(
         pending.is_empty(),
-        "{action}: {} tenants never got there after {MAX_USER_RETRIES} clicks each: {:?}",
+        "{action}: {} of {} tenants never got there in {cycles} click cycles ({stalled} in a row \
+         without progress); the first of them is {last_seen}; pending: {:?}",
         pending.len(),
+        names.len(),
         &pending[..pending.len().min(10)]
     );
     clicks
+}
+
+/// A tenant's phase and its last run's outcome, for a drill that stops waiting for it.
+fn where_it_is(t: &Tenant) -> String {
+    let last = t.history().last().map(|h| format!("{:?}: {}", h.phase, h.message));
+    format!("{} in phase {:?}, last run {last:?}", t.name_any(), t.phase())
 }
 
 /// What the drill saw wrong after its rounds, counted over all of them.
