@@ -47,13 +47,16 @@ fn an_operator_process_and_a_browser_a_test_started_are_gone_when_it_panics() {
             browser.goto("about:blank").await.expect("a page");
             let mut started = operator.processes();
             started.extend(driver.processes());
-            started_tx.send(started).unwrap();
-            panic!("a test failing with an operator process and a browser running");
+            // Named now: once the guards have run there is nothing left to read the names from.
+            let named: Vec<(u32, String)> = started.iter().map(|&p| (p, command_name(p))).collect();
+            started_tx.send(named).unwrap();
+            panic!("a failure on purpose, with an operator process and a browser running");
         })
     });
     assert!(test.join().is_err(), "the test thread panicked");
-    let started = started_rx.recv().expect("the processes the test started");
-    let names: BTreeSet<String> = started.iter().map(|&p| command_name(p)).collect();
+    let named = started_rx.recv().expect("the processes the test started");
+    let started: BTreeSet<u32> = named.iter().map(|(pid, _)| *pid).collect();
+    let names: BTreeSet<&str> = named.iter().map(|(_, name)| name.as_str()).collect();
     for expected in [
         "sentry-tenants",
         "chromedriver",
@@ -64,8 +67,7 @@ fn an_operator_process_and_a_browser_a_test_started_are_gone_when_it_panics() {
     ] {
         assert!(
             names.contains(expected),
-            "{expected} among the processes the test started: {:?}",
-            described(&started)
+            "{expected} among the processes the test started: {named:?}"
         );
     }
     let left = wait_gone(&started, Duration::from_secs(30));
