@@ -101,7 +101,10 @@ impl Driver {
 impl Driver {
     /// chromedriver and every Chromium process it started, alive now.
     pub fn processes(&self) -> std::collections::BTreeSet<u32> {
-        self.child.as_ref().map(Owned::processes).unwrap_or_default()
+        self.child
+            .as_ref()
+            .map(Owned::processes)
+            .unwrap_or_default()
     }
 }
 

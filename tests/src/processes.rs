@@ -47,12 +47,16 @@ impl Owned {
     }
 
     pub fn child(&self) -> &Child {
-        self.child.as_ref().expect("the child is owned until the guard goes")
+        self.child
+            .as_ref()
+            .expect("the child is owned until the guard goes")
     }
 
     /// The child itself: its pipes, `try_wait`.
     pub fn child_mut(&mut self) -> &mut Child {
-        self.child.as_mut().expect("the child is owned until the guard goes")
+        self.child
+            .as_mut()
+            .expect("the child is owned until the guard goes")
     }
 
     /// Every live process this guard started, directly or not: the child, its descendants, and
@@ -106,7 +110,6 @@ impl Owned {
             let _ = child.wait();
         }
     }
-
 }
 
 impl Drop for Owned {
