@@ -66,11 +66,13 @@ const MAX_ROUNDS: usize = 40;
 /// Times the drill's user clicks a button again after the dashboard reported an error or the tenant
 /// did not get where the click should take it.
 const MAX_USER_RETRIES: usize = 10;
-/// Click cycles in a row in which no pending tenant got there before the drill stops retrying: with
-/// 10 % of requests failing, every cycle gets most of the pending tenants there (the green drill needs
-/// two or three cycles in all), so two without any progress mean something is broken, not unlucky —
-/// and a broken provisioner fails the drill after two cycles instead of ten.
-const MAX_STALLED_CYCLES: usize = 2;
+/// Pending tenants from which a click cycle that gets none of them there ends the drill at once. With
+/// 10 % of requests failing, a cycle gets about three in four of the pending tenants there (the green
+/// drills need three or four cycles in all, the last ones for one or two tenants, which may well take
+/// a cycle without progress): that not one of twelve or more gets there means something is broken,
+/// not unlucky (about 0.3^12, 5e-7) — and a broken provisioner fails the drill after one cycle
+/// instead of ten.
+const STALL_FROM_PENDING: usize = 12;
 
 /// Clicks `action` on every tenant in `names` until each is where `done` says it should be, letting the
 /// fleet settle between batches, as a user with a list of tenants and a flaky cluster would. Returns the
@@ -85,10 +87,10 @@ async fn click_until(
 ) -> usize {
     let mut clicks = 0;
     let mut pending: Vec<String> = names.to_vec();
-    let mut stalled = 0;
+    let mut stalled = false;
     let mut cycles = 0;
     let mut last_seen = String::new();
-    while cycles < MAX_USER_RETRIES && stalled < MAX_STALLED_CYCLES {
+    while cycles < MAX_USER_RETRIES && !stalled {
         cycles += 1;
         let before = pending.len();
         for name in &pending {
@@ -112,7 +114,7 @@ async fn click_until(
         if pending.is_empty() {
             break;
         }
-        stalled = if pending.len() == before { stalled + 1 } else { 0 };
+        stalled = pending.len() == before && before >= STALL_FROM_PENDING;
         last_seen = where_it_is(&tenants[&pending[0]]);
         sentry_tenants_tests::summary(&format!(
             "{action}: {} of {} tenants pending after click cycle {cycles}",
@@ -122,8 +124,8 @@ async fn click_until(
     }
     assert!(
         pending.is_empty(),
-        "{action}: {} of {} tenants never got there in {cycles} click cycles ({stalled} in a row \
-         without progress); the first of them is {last_seen}; pending: {:?}",
+        "{action}: {} of {} tenants never got there in {cycles} click cycles (the last without \
+         progress: {stalled}); the first of them is {last_seen}; pending: {:?}",
         pending.len(),
         names.len(),
         &pending[..pending.len().min(10)]
@@ -133,8 +135,15 @@ async fn click_until(
 
 /// A tenant's phase and its last run's outcome, for a drill that stops waiting for it.
 fn where_it_is(t: &Tenant) -> String {
-    let last = t.history().last().map(|h| format!("{:?}: {}", h.phase, h.message));
-    format!("{} in phase {:?}, last run {last:?}", t.name_any(), t.phase())
+    let last = t
+        .history()
+        .last()
+        .map(|h| format!("{:?}: {}", h.phase, h.message));
+    format!(
+        "{} in phase {:?}, last run {last:?}",
+        t.name_any(),
+        t.phase()
+    )
 }
 
 /// What the drill saw wrong after its rounds, counted over all of them.
