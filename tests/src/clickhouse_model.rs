@@ -3,7 +3,20 @@
 //! whether its logins are locked (`HOST NONE`). Statements are read the way the provisioner writes them
 //! (`sql.rs`); the real server's reading of them is checked against Debian's ClickHouse and chdb's parser.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// A statement the server refuses: its exception code and message, as ClickHouse answers them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub code: u32,
+    pub message: String,
+}
+
+/// ClickHouse's codes for the refusals modelled here.
+pub mod codes {
+    pub const UNKNOWN_USER: u32 = 192;
+    pub const UNKNOWN_ROLE: u32 = 511;
+}
 
 #[derive(Default, Debug)]
 pub struct Model {
@@ -22,6 +35,11 @@ pub struct Model {
     /// Clusters in `system.clusters`, and whether users live in a replicated user directory.
     pub clusters: HashSet<String>,
     pub replicated_users: bool,
+    /// Roles (`CREATE ROLE`), the roles granted to each user (`GRANT role TO user`), and each
+    /// grantee's databases with a privilege on them (`GRANT … ON db.* TO grantee`).
+    pub roles: BTreeSet<String>,
+    pub role_grants: HashMap<String, BTreeSet<String>>,
+    pub database_grants: HashMap<String, BTreeSet<String>>,
 }
 
 fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
@@ -44,13 +62,123 @@ pub fn sha256_hex(s: &str) -> String {
         })
 }
 
-impl Model {
-    /// Records `sql` and answers it as a server of `version` would.
-    pub fn answer(&mut self, version: &str, sql: &str) -> String {
-        self.statements.push(sql.to_owned());
-        if sql == "SELECT version()" {
-            return format!("{version}\n");
+/// `GRANT ON CLUSTER `c` …` read as `GRANT …` (the other statements name the cluster after the object).
+fn without_grant_cluster(sql: &str) -> std::borrow::Cow<'_, str> {
+    match sql.strip_prefix("GRANT ON CLUSTER ") {
+        Some(rest) => {
+            let after = rest[1..].find('`').map_or(0, |i| i + 2);
+            format!("GRANT {}", rest[after..].trim_start()).into()
         }
+        None => sql.into(),
+    }
+}
+
+fn lines<'a>(items: impl IntoIterator<Item = &'a String>) -> String {
+    items.into_iter().map(|i| format!("{i}\n")).collect()
+}
+
+impl Model {
+    /// Records `sql` and answers it as a server of `version` would, or refuses it as the server would.
+    pub fn answer(&mut self, version: &str, sql: &str) -> Result<String, Refused> {
+        self.statements.push(sql.to_owned());
+        self.answer_recorded(version, sql)
+    }
+
+    fn answer_recorded(&mut self, version: &str, sql: &str) -> Result<String, Refused> {
+        if let Some(answer) = self.select(version, sql) {
+            return Ok(answer);
+        }
+        if sql.starts_with("GRANT")
+            || sql.starts_with("CREATE ROLE")
+            || sql.starts_with("DROP ROLE")
+        {
+            return self.access(sql).map(|()| String::new());
+        }
+        if sql.starts_with("ALTER USER ") {
+            let user = quoted_after(sql, "ALTER USER ").unwrap_or_default();
+            if !self.users.contains_key(user) {
+                return Err(Refused {
+                    code: codes::UNKNOWN_USER,
+                    message: format!("There is no user `{user}` in user directories"),
+                });
+            }
+        }
+        Ok(self.change(sql))
+    }
+
+    /// Roles and grants: ClickHouse refuses a grant to, or of, a role or user it does not have.
+    fn access(&mut self, sql: &str) -> Result<(), Refused> {
+        let sql = without_grant_cluster(sql);
+        let unknown_role = |role: &str| Refused {
+            code: codes::UNKNOWN_ROLE,
+            message: format!("There is no role `{role}` in user directories"),
+        };
+        if let Some(role) = quoted_after(&sql, "CREATE ROLE IF NOT EXISTS ") {
+            self.roles.insert(role.to_owned());
+        } else if let Some(role) = quoted_after(&sql, "DROP ROLE IF EXISTS ") {
+            self.roles.remove(role);
+            self.database_grants.remove(role);
+            for granted in self.role_grants.values_mut() {
+                granted.remove(role);
+            }
+        } else if let Some(on) = sql.find(" ON ") {
+            // `GRANT privileges ON `db`.* TO grantee`
+            let database = quoted_after(&sql[on..], " ON ")
+                .unwrap_or_default()
+                .to_owned();
+            let grantee = quoted_after(&sql, " TO ").unwrap_or_default().to_owned();
+            if !self.users.contains_key(&grantee) && !self.roles.contains(&grantee) {
+                return Err(unknown_role(&grantee));
+            }
+            self.database_grants
+                .entry(grantee)
+                .or_default()
+                .insert(database);
+        } else {
+            // `GRANT role TO user`
+            let role = quoted_after(&sql, "GRANT ").unwrap_or_default().to_owned();
+            let user = quoted_after(&sql, " TO ").unwrap_or_default().to_owned();
+            if !self.roles.contains(&role) {
+                return Err(unknown_role(&role));
+            }
+            if !self.users.contains_key(&user) {
+                return Err(Refused {
+                    code: codes::UNKNOWN_USER,
+                    message: format!("There is no user `{user}` in user directories"),
+                });
+            }
+            self.role_grants.entry(user).or_default().insert(role);
+        }
+        Ok(())
+    }
+
+    /// The answer to a query of the server's own tables, or `None` for a statement.
+    fn select(&self, version: &str, sql: &str) -> Option<String> {
+        if sql == "SELECT version()" {
+            return Some(format!("{version}\n"));
+        }
+        if sql.starts_with("SELECT count() FROM system.databases") {
+            let db = quoted_after(sql, "name = ").unwrap_or_default();
+            return Some(format!("{}\n", u8::from(self.databases.contains(db))));
+        }
+        if sql.starts_with("SELECT granted_role_name FROM system.role_grants") {
+            let user = quoted_after(sql, "user_name = ").unwrap_or_default();
+            return Some(lines(self.role_grants.get(user).into_iter().flatten()));
+        }
+        if sql.starts_with("SELECT DISTINCT role_name FROM system.grants") {
+            let db = quoted_after(sql, "database = ").unwrap_or_default();
+            let roles = self
+                .database_grants
+                .iter()
+                .filter(|(grantee, dbs)| self.roles.contains(*grantee) && dbs.contains(db))
+                .map(|(grantee, _)| grantee);
+            return Some(lines(roles.collect::<BTreeSet<_>>()));
+        }
+        None
+    }
+
+    /// Everything else the provisioner sends, answered as before.
+    fn change(&mut self, sql: &str) -> String {
         if sql.starts_with("SELECT count() FROM system.users") {
             let user = quoted_after(sql, "name = ").unwrap_or_default();
             return format!("{}\n", u8::from(self.users.contains_key(user)));
@@ -100,6 +228,8 @@ impl Model {
             self.users.remove(user);
             self.locked.remove(user);
             self.previous.remove(user);
+            self.role_grants.remove(user);
+            self.database_grants.remove(user);
         } else if sql.starts_with("CREATE USER IF NOT EXISTS ") {
             let user = quoted_after(sql, "CREATE USER IF NOT EXISTS ")
                 .unwrap_or_default()

@@ -190,7 +190,14 @@ fn answer(s: &Shared, user: &str, password: &str, sql: &str) -> Response {
         // A tenant's own session: the provisioner only checks that it can log in.
         return (StatusCode::OK, "1\n").into_response();
     }
-    (StatusCode::OK, inner.model.answer(VERSION, sql)).into_response()
+    match inner.model.answer(VERSION, sql) {
+        Ok(answer) => (StatusCode::OK, answer).into_response(),
+        Err(refused) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            refused.code,
+            &refused.message,
+        ),
+    }
 }
 
 impl ClickHouseStandIn {

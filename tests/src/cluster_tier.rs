@@ -38,6 +38,8 @@ pub struct Setup {
 enum Turn {
     Shared(OwnedRwLockReadGuard<()>),
     Alone(OwnedRwLockWriteGuard<()>),
+    /// Within the turn of the test's first namespace.
+    Within,
 }
 
 fn turns() -> Arc<RwLock<()>> {
@@ -72,6 +74,11 @@ async fn setup_in_turn(prefix: &str, turn: Turn) -> Setup {
 }
 
 impl Setup {
+    /// A second namespace of the test's own, in the same turn (a second install, say).
+    pub async fn another_namespace(&self, prefix: &str) -> Setup {
+        setup_in_turn(prefix, Turn::Within).await
+    }
+
     pub fn values(&self) -> Values {
         crate::install_values(&self.ns)
     }

@@ -19,7 +19,6 @@ use kube::api::{Api, ListParams};
 use sentry_tenants::controller::{runjob, tenant};
 use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, RunAction, RunJob, Tenant, TenantPhase};
 use sentry_tenants::names::TenantName;
-use sentry_tenants::provision::sql::TenantIdents;
 use sentry_tenants::provision::{PASSWORD_KEY, Provisioner, TenantSync};
 use sentry_tenants::web::actions::{self, Actions};
 use tower::ServiceExt;
@@ -67,12 +66,7 @@ pub fn tenant_names(count: usize) -> Vec<String> {
 
 /// A tenant's ClickHouse user, derived by the provisioner's own rule.
 pub fn clickhouse_user(tenant: &str) -> String {
-    let name = TenantName::parse(tenant).expect("a valid tenant name");
-    TenantIdents::for_tenant(&name)
-        .expect("derived from a valid name")
-        .user
-        .as_str()
-        .to_owned()
+    crate::tenant_idents(tenant).user.as_str().to_owned()
 }
 
 impl Fleet {

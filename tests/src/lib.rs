@@ -45,6 +45,19 @@ pub fn summary(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
+/// The ClickHouse names of `tenant` in [`NS`], marked as a Tenant's with a fixed uid: for tests that
+/// look at statements, not at a Tenant object (whose uid the API server chose).
+pub fn tenant_idents(tenant: &str) -> sentry_tenants::provision::sql::TenantIdents {
+    let owner = sentry_tenants::provision::sql::Owner {
+        namespace: NS.to_owned(),
+        tenant: tenant.to_owned(),
+        uid: "00000000-0000-4000-8000-000000000001".to_owned(),
+    };
+    let name = sentry_tenants::names::TenantName::parse(tenant).expect("a valid tenant name");
+    sentry_tenants::provision::sql::TenantIdents::for_tenant(&name, &owner)
+        .expect("derived from a valid name")
+}
+
 /// A TCP port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -1294,7 +1307,13 @@ pub mod clickhouse_seam {
         async fn query(&self, sql: &str) -> Result<String, ChError> {
             let mut st = self.state.lock().unwrap();
             st.failure()?;
-            Ok(st.model.answer(&self.version, sql))
+            st.model
+                .answer(&self.version, sql)
+                .map_err(|refused| ChError::Server {
+                    status: 500,
+                    code: Some(refused.code),
+                    message: refused.message,
+                })
         }
 
         async fn query_as(

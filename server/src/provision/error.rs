@@ -52,6 +52,10 @@ pub enum ProvisionError {
         "tenant {name:?} is not being deleted: Deprovision runs only for a Tenant being deleted (delete the Tenant; its spec.reclaimPolicy decides what happens in ClickHouse)"
     )]
     NotDeleting { name: String },
+    #[error(
+        "{reason}; give the tenant another name, or remove the object in ClickHouse if it is a leftover nobody uses"
+    )]
+    NotOurs { reason: String },
     #[error("tenant {name:?} is not provisioned yet: run Provision first")]
     NotProvisioned { name: String },
     #[error(

@@ -8,6 +8,7 @@
 
 pub mod clickhouse;
 pub mod error;
+pub mod ownership;
 pub mod sql;
 mod tenant_sync;
 
@@ -23,7 +24,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::crd::{ReclaimPolicy, RunAction, Tenant, TenantLimits};
 use crate::names::TenantName;
-use sql::{Ident, MIN_VERSION, TenantIdents, parse_version};
+use ownership::{Claimant, Found, Verdict};
+use sql::{Ident, MIN_VERSION, Owner, TenantIdents, parse_version};
 
 /// Field manager of every write the provisioner makes.
 pub const MANAGER: &str = "sentry-tenants-provisioner";
@@ -164,13 +166,15 @@ pub enum Outcome {
     Adopted {
         database: String,
     },
-    /// Deprovision under reclaimPolicy Retain.
+    /// Deprovision under reclaimPolicy Retain; `left_alone` what was not the tenant's.
     Retained {
         database: String,
+        left_alone: Vec<String>,
     },
-    /// Deprovision under reclaimPolicy Delete.
+    /// Deprovision under reclaimPolicy Delete; `left_alone` what was not the tenant's.
     Dropped {
         database: String,
+        left_alone: Vec<String>,
     },
     /// A SetLimits run: what ClickHouse now enforces.
     LimitsSet {
@@ -223,12 +227,26 @@ impl Outcome {
             Self::Adopted { database } => format!(
                 "provisioned database {database} by adopting the user and credentials Secret a deleted tenant of this name retained"
             ),
-            Self::Retained { database } => format!(
+            Self::Retained {
+                database,
+                left_alone,
+            } if left_alone.is_empty() => format!(
                 "retained database {database}, its user (logins locked) and its credentials Secret (labelled {RETAINED_FOR})"
             ),
-            Self::Dropped { database } => {
+            Self::Retained { left_alone, .. } => format!(
+                "retained the credentials Secret (labelled {RETAINED_FOR}); {}",
+                left_alone.join("; ")
+            ),
+            Self::Dropped {
+                database,
+                left_alone,
+            } if left_alone.is_empty() => {
                 format!("dropped database {database} and its user, deleted its credentials Secret")
             }
+            Self::Dropped { left_alone, .. } => format!(
+                "dropped what was this tenant's in ClickHouse and deleted its credentials Secret; {}",
+                left_alone.join("; ")
+            ),
             Self::LimitsSet { limits } => {
                 format!("ClickHouse enforces {}", limits.describe())
             }
@@ -253,8 +271,15 @@ impl<C: ClickHouse> Provisioner<C> {
         action: RunAction,
     ) -> Result<Outcome, ProvisionError> {
         let tenant = self.sync.tenant(name).await?;
-        let ids = TenantIdents::for_tenant(name)
-            .expect("derived from a validated tenant name")
+        let owner = Owner {
+            namespace: self.sync.namespace().to_owned(),
+            tenant: name.to_string(),
+            uid: tenant.uid().unwrap_or_default(),
+        };
+        let ids = TenantIdents::for_tenant(name, &owner)
+            .map_err(|e| ProvisionError::ClickHouse {
+                message: format!("cannot name the owner mark: {e}"),
+            })?
             .on_cluster(self.cluster.clone());
         let deleting = tenant.meta().deletion_timestamp.is_some();
         let name_s = || name.to_string();
@@ -354,20 +379,47 @@ impl<C: ClickHouse> Provisioner<C> {
         let name = TenantName::parse(&tenant.name_any())?;
         let database = ids.database.as_str().to_owned();
         self.check_server().await?;
+        // A Secret that is not this tenant's proves nothing; it is left alone below as well.
+        let on_file = self
+            .sync
+            .existing_password(&name, tenant)
+            .await
+            .ok()
+            .flatten();
+        let (user, db) = self.ownership(tenant, ids, on_file.as_deref()).await?;
+        let left_alone: Vec<String> =
+            [("user", &ids.user, &user), ("database", &ids.database, &db)]
+                .into_iter()
+                .filter(|(_, _, v)| !matches!(v, Verdict::Free | Verdict::Ours { .. }))
+                .map(|(kind, ident, v)| not_ours_reason(kind, ident.as_str(), v))
+                .collect();
+        let db_not_ours = matches!(db, Verdict::Foreign(_) | Verdict::Unproven);
         match tenant.spec.reclaim_policy {
             ReclaimPolicy::Retain => {
-                if self.user_exists(ids).await? {
+                if user.is_ours() {
                     self.exec(&sql::set_locked(ids, true).sql).await?;
                 }
                 self.sync.retain_secret(&name, tenant).await?;
-                Ok(Outcome::Retained { database })
+                Ok(Outcome::Retained {
+                    database,
+                    left_alone,
+                })
             }
             ReclaimPolicy::Delete => {
-                for statement in sql::drop_tenant(ids) {
+                // A user gone already (a run cut short after dropping it) leaves its profile and quota
+                // to drop, unless the database says the names are someone else's.
+                let what = sql::Drops {
+                    user: user.is_ours() || user == Verdict::Free && !db_not_ours,
+                    database: db.is_ours(),
+                };
+                for statement in sql::drop_tenant(ids, what) {
                     self.exec(&statement.sql).await?;
                 }
                 self.sync.delete_secret(&name, tenant).await?;
-                Ok(Outcome::Dropped { database })
+                Ok(Outcome::Dropped {
+                    database,
+                    left_alone,
+                })
             }
         }
     }
@@ -401,8 +453,11 @@ impl<C: ClickHouse> Provisioner<C> {
         } else {
             tenant.clone()
         };
-        let user_exists = self.user_exists(ids).await?;
         let on_file = self.sync.existing_password(name, tenant).await?;
+        let (user, db) = self.ownership(tenant, ids, on_file.as_deref()).await?;
+        refuse_unless_ours("user", ids.user.as_str(), &user)?;
+        refuse_unless_ours("database", ids.database.as_str(), &db)?;
+        let user_exists = user != Verdict::Free;
         let (password, created) = match (on_file, user_exists, self.rotate) {
             (Some(password), _, false) => (password, false),
             (None, true, false) => {
@@ -430,6 +485,7 @@ impl<C: ClickHouse> Provisioner<C> {
         for statement in sql::provision(ids, &hash, locked) {
             self.exec(&statement.sql).await?;
         }
+        self.drop_predecessor_marks(ids, [&user, &db]).await?;
         // `CREATE USER IF NOT EXISTS` leaves an existing user's hosts alone: a user made by an earlier
         // attempt (before the tenant was suspended, say) gets the lock this run reports.
         if user_exists {
@@ -505,13 +561,93 @@ impl<C: ClickHouse> Provisioner<C> {
     ) -> Result<String, ProvisionError> {
         require_provisioned(name, tenant)?;
         let version = self.check_server().await?;
-        if !self.user_exists(ids).await? {
+        let on_file = self.sync.existing_password(name, tenant).await?;
+        let (user, db) = self.ownership(tenant, ids, on_file.as_deref()).await?;
+        if user == Verdict::Free {
             return Err(ProvisionError::UserMissing {
                 name: name.to_string(),
                 user: ids.user.as_str().to_owned(),
             });
         }
+        refuse_unless_ours("user", ids.user.as_str(), &user)?;
+        // A tenant provisioned before owner marks existed (or whose name a deleted one had) is marked
+        // at its next run.
+        if user.needs_mark() || db.needs_mark() {
+            self.exec(&sql::create_owner_role(ids).sql).await?;
+        }
+        if db.needs_mark() {
+            self.exec(&sql::mark_database(ids).sql).await?;
+        }
+        if user.needs_mark() {
+            self.exec(&sql::mark_user(ids).sql).await?;
+        }
+        self.drop_predecessor_marks(ids, [&user, &db]).await?;
         Ok(version)
+    }
+
+    /// Whose the user and the database are (see [`ownership`]); `on_file` is the password in the
+    /// tenant's own Secret, tried as a login only when it decides.
+    async fn ownership(
+        &self,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+        on_file: Option<&str>,
+    ) -> Result<(Verdict, Verdict), ProvisionError> {
+        let [user_exists, user_roles, db_exists, db_roles] = sql::ownership_probe(ids);
+        let found = async |exists: &sql::Statement, roles: &sql::Statement| {
+            Ok::<_, ProvisionError>(if self.exec(&exists.sql).await?.trim() == "0" {
+                Found::Absent
+            } else {
+                Found::Present(ownership::owners_in(&self.exec(&roles.sql).await?))
+            })
+        };
+        let user_found = found(&user_exists, &user_roles).await?;
+        let db_found = found(&db_exists, &db_roles).await?;
+        let owner = Owner::from_role(ids.owner.as_str()).expect("built from an owner");
+        let claimant = Claimant {
+            owner: &owner,
+            tenant,
+            ids,
+        };
+        let needs_login = matches!(&user_found, Found::Present(marks) if !marks.contains(&owner));
+        let logs_in = match on_file {
+            Some(password) if needs_login => self.logs_in(ids, password).await?,
+            _ => false,
+        };
+        let user = claimant.user(&user_found, logs_in);
+        let db = claimant.database(&db_found, &user);
+        Ok((user, db))
+    }
+
+    /// Whether `password` logs in as the tenant's user now.
+    async fn logs_in(&self, ids: &TenantIdents, password: &str) -> Result<bool, ProvisionError> {
+        match self
+            .clickhouse
+            .query_as(ids.user.as_str(), password, "SELECT 1")
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ChError::Server { .. }) => Ok(false),
+            Err(e) => Err(ProvisionError::from_clickhouse(&self.clickhouse_url, e)),
+        }
+    }
+
+    /// The marks of deleted Tenants of this name on what this one has now marked as its own.
+    async fn drop_predecessor_marks(
+        &self,
+        ids: &TenantIdents,
+        verdicts: [&Verdict; 2],
+    ) -> Result<(), ProvisionError> {
+        let mut roles: Vec<Ident> = verdicts
+            .iter()
+            .flat_map(|v| v.predecessors())
+            .map(Owner::role)
+            .collect();
+        roles.dedup_by(|a, b| a.as_str() == b.as_str());
+        for role in roles {
+            self.exec(&sql::drop_role(ids, &role).sql).await?;
+        }
+        Ok(())
     }
 
     async fn exec(&self, sql: &str) -> Result<String, ProvisionError> {
@@ -562,10 +698,6 @@ impl<C: ClickHouse> Provisioner<C> {
         })
     }
 
-    async fn user_exists(&self, ids: &TenantIdents) -> Result<bool, ProvisionError> {
-        Ok(self.exec(&sql::user_exists(&ids.user).sql).await?.trim() != "0")
-    }
-
     /// The credentials on file must really log in; a user made some other way with another password
     /// is reported, not overwritten.
     async fn verify_login(
@@ -595,6 +727,28 @@ impl<C: ClickHouse> Provisioner<C> {
             }),
             Err(e) => Err(ProvisionError::from_clickhouse(&self.clickhouse_url, e)),
         }
+    }
+}
+
+/// Refuses, before any statement, an object this tenant cannot prove its own.
+fn refuse_unless_ours(kind: &str, name: &str, verdict: &Verdict) -> Result<(), ProvisionError> {
+    match verdict {
+        Verdict::Free | Verdict::Ours { .. } => Ok(()),
+        _ => Err(ProvisionError::NotOurs {
+            reason: not_ours_reason(kind, name, verdict),
+        }),
+    }
+}
+
+/// Why an object is left alone: whose it is, or that nothing proves it this tenant's.
+fn not_ours_reason(kind: &str, name: &str, verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Foreign(owner) => {
+            format!("ClickHouse {kind} {name} belongs to {owner}, not to this tenant: left alone")
+        }
+        _ => format!(
+            "ClickHouse {kind} {name} exists but was not made by sentry-tenants for this tenant (it carries no owner mark, the tenant's status does not record it, and the tenant's credentials do not log in to it): left alone"
+        ),
     }
 }
 
@@ -651,8 +805,14 @@ impl ProvisionArgs {
 /// The statements `--dry-run` prints: the plan for a tenant that is not suspended, password redacted.
 pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
     let name = args.checked_tenant()?;
-    let ids = TenantIdents::for_tenant(&name)
-        .expect("derived from a validated tenant name")
+    // Offline, the Tenant's uid is unknown: the owner role is printed with a zero uid.
+    let owner = Owner {
+        namespace: args.namespace.clone(),
+        tenant: name.to_string(),
+        uid: "00000000-0000-0000-0000-000000000000".to_owned(),
+    };
+    let ids = TenantIdents::for_tenant(&name, &owner)
+        .expect("derived from a validated tenant name and namespace")
         .on_cluster(args.clickhouse_cluster.clone());
     let desired = sql::Desired {
         locked: false,

@@ -104,25 +104,91 @@ pub fn quote_str(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// The tenant's database, user, settings profile and quota, as identifiers, and the cluster every
-/// statement runs `ON CLUSTER` of, if any.
+/// Who a tenant's ClickHouse objects belong to: one Tenant object, by namespace, name and uid (a Tenant
+/// deleted and created again under its name is another Tenant).
+///
+/// ClickHouse 20.4 has no comments on users or databases, so the mark is a **role** named after the
+/// owner ([`Owner::role`]): granted to the tenant's user, and holding a privilege on the tenant's
+/// database. A role lives in the same user directory as the user — local, or replicated across an
+/// `ON CLUSTER` cluster — so the mark is wherever the user is, and it is read back from
+/// `system.role_grants` and `system.grants`, which every server with SQL users has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub namespace: String,
+    pub tenant: String,
+    pub uid: String,
+}
+
+/// What every owner role's name starts with; nothing else is read as a mark.
+pub const OWNER_ROLE_PREFIX: &str = "sentry-tenants/";
+
+impl Owner {
+    /// `sentry-tenants/<namespace>/<tenant>/<uid>`: the role that marks what this Tenant owns.
+    pub fn role(&self) -> Ident {
+        Ident(format!(
+            "{OWNER_ROLE_PREFIX}{}/{}/{}",
+            self.namespace, self.tenant, self.uid
+        ))
+    }
+
+    /// The owner a role's name marks, if it is one of ours (and well-formed: a namespace and a tenant
+    /// name by their rules, a uid of hex digits and dashes).
+    pub fn from_role(role: &str) -> Option<Self> {
+        let mut parts = role.strip_prefix(OWNER_ROLE_PREFIX)?.split('/');
+        let (namespace, tenant, uid) = (parts.next()?, parts.next()?, parts.next()?);
+        let uid_ok = !uid.is_empty()
+            && uid.len() <= 64
+            && uid
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase() || c == '-');
+        let namespace_ok = crate::names::is_run_job_name(namespace);
+        (parts.next().is_none() && uid_ok && namespace_ok && TenantName::parse(tenant).is_ok())
+            .then(|| Self {
+                namespace: namespace.to_owned(),
+                tenant: tenant.to_owned(),
+                uid: uid.to_owned(),
+            })
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tenant {}/{} (uid {})",
+            self.namespace, self.tenant, self.uid
+        )
+    }
+}
+
+/// The tenant's database, user, settings profile and quota, as identifiers, the role that marks them
+/// as the tenant's, and the cluster every statement runs `ON CLUSTER` of, if any.
 #[derive(Debug, Clone)]
 pub struct TenantIdents {
     pub database: Ident,
     pub user: Ident,
     pub profile: Ident,
     pub quota: Ident,
+    pub owner: Ident,
     pub cluster: Option<Ident>,
 }
 
 impl TenantIdents {
-    pub fn for_tenant(tenant: &TenantName) -> Result<Self, BadIdentifier> {
+    /// The names of `owner`'s objects; `None` when the owner is not a well-formed one.
+    pub fn for_tenant(tenant: &TenantName, owner: &Owner) -> Result<Self, BadIdentifier> {
         let database = tenant.database();
+        let role = owner.role();
+        if Owner::from_role(role.as_str()).as_ref() != Some(owner)
+            || owner.tenant != tenant.as_str()
+        {
+            return Err(BadIdentifier(role.0));
+        }
         Ok(Self {
             database: Ident::parse(&database)?,
             user: Ident::parse(&tenant.clickhouse_user())?,
             profile: Ident::parse(&format!("{database}_profile"))?,
             quota: Ident::parse(&format!("{database}_quota"))?,
+            owner: role,
             cluster: None,
         })
     }
@@ -150,6 +216,75 @@ pub fn user_exists(user: &Ident) -> Statement {
         "SELECT count() FROM system.users WHERE name = {}",
         quote_str(user.as_str())
     ))
+}
+
+pub fn database_exists(database: &Ident) -> Statement {
+    Statement::plain(format!(
+        "SELECT count() FROM system.databases WHERE name = {}",
+        quote_str(database.as_str())
+    ))
+}
+
+/// What a run reads before it changes anything: whether the user and the database exist, and whose
+/// marks they carry (see `provision::ownership`).
+pub fn ownership_probe(ids: &TenantIdents) -> [Statement; 4] {
+    [
+        user_exists(&ids.user),
+        roles_of_user(&ids.user),
+        database_exists(&ids.database),
+        roles_on_database(&ids.database),
+    ]
+}
+
+/// The roles granted to `user`, one a line: an owner role among them marks the user.
+pub fn roles_of_user(user: &Ident) -> Statement {
+    Statement::plain(format!(
+        "SELECT granted_role_name FROM system.role_grants WHERE user_name = {}",
+        quote_str(user.as_str())
+    ))
+}
+
+/// The roles holding a privilege on `database`, one a line: an owner role among them marks it.
+pub fn roles_on_database(database: &Ident) -> Statement {
+    Statement::plain(format!(
+        "SELECT DISTINCT role_name FROM system.grants WHERE database = {} AND role_name IS NOT NULL",
+        quote_str(database.as_str())
+    ))
+}
+
+/// The owner mark, made before anything it marks: the role, then its privilege on the database (a
+/// grant needs no database to exist yet); [`mark_user`] once the user exists.
+pub fn mark_owner(ids: &TenantIdents) -> [Statement; 2] {
+    [create_owner_role(ids), mark_database(ids)]
+}
+
+pub fn create_owner_role(ids: &TenantIdents) -> Statement {
+    Statement::plain(format!(
+        "CREATE ROLE IF NOT EXISTS {}{}",
+        ids.owner,
+        ids.on()
+    ))
+}
+
+/// The owner role given a privilege on the database: the database marked as the tenant's.
+pub fn mark_database(ids: &TenantIdents) -> Statement {
+    Statement::plain(format!(
+        "GRANT{} SHOW TABLES ON {}.* TO {}",
+        ids.on(),
+        ids.database,
+        ids.owner
+    ))
+}
+
+/// The owner role granted to the user: the user marked as the tenant's.
+pub fn mark_user(ids: &TenantIdents) -> Statement {
+    Statement::plain(format!("GRANT{} {} TO {}", ids.on(), ids.owner, ids.user))
+}
+
+/// A role that marked something as another owner's (a deleted Tenant of this name whose objects this
+/// one adopted): dropped, which takes its grants with it.
+pub fn drop_role(ids: &TenantIdents, role: &Ident) -> Statement {
+    Statement::plain(format!("DROP ROLE IF EXISTS {role}{}", ids.on()))
 }
 
 fn host(locked: bool) -> &'static str {
@@ -180,7 +315,8 @@ pub fn provision(ids: &TenantIdents, password_sha256_hex: &str, locked: bool) ->
             ids.database
         )
     };
-    vec![
+    let mut out = mark_owner(ids).to_vec();
+    out.extend([
         Statement::plain(format!(
             "CREATE DATABASE IF NOT EXISTS {}{on}",
             ids.database
@@ -189,11 +325,13 @@ pub fn provision(ids: &TenantIdents, password_sha256_hex: &str, locked: bool) ->
             sql: create_user(&auth),
             redacted: create_user(&auth_redacted),
         },
+        mark_user(ids),
         Statement::plain(format!(
             "GRANT{on} {TENANT_PRIVILEGES} ON {}.* TO {}",
             ids.database, ids.user
         )),
-    ]
+    ]);
+    out
 }
 
 /// Suspend (lock) or resume (unlock) the user's logins. Idempotent.
@@ -280,20 +418,42 @@ pub fn set_limits(ids: &TenantIdents, limits: &TenantLimits) -> Vec<Statement> {
     vec![Statement::plain(profile), Statement::plain(quota)]
 }
 
+/// What Deprovision under `reclaimPolicy: Delete` may drop: only what is proven the tenant's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drops {
+    /// The user, and its profile and quota (named after the same tenant, assigned to that user).
+    pub user: bool,
+    pub database: bool,
+}
+
+impl Drops {
+    pub const ALL: Self = Self {
+        user: true,
+        database: true,
+    };
+}
+
 /// Deprovision under `reclaimPolicy: Delete`: the user first (its logins end), its profile and quota,
-/// then the database. Each is idempotent.
-pub fn drop_tenant(ids: &TenantIdents) -> Vec<Statement> {
-    let mut out = vec![Statement::plain(format!(
-        "DROP USER IF EXISTS {}{}",
-        ids.user,
-        ids.on()
-    ))];
-    out.extend(set_limits(ids, &TenantLimits::default()));
-    out.push(Statement::plain(format!(
-        "DROP DATABASE IF EXISTS {}{}",
-        ids.database,
-        ids.on()
-    )));
+/// then the database, and the owner mark last — so a run cut short is still recognised as the tenant's
+/// by its re-run. Each is idempotent.
+pub fn drop_tenant(ids: &TenantIdents, what: Drops) -> Vec<Statement> {
+    let mut out = Vec::new();
+    if what.user {
+        out.push(Statement::plain(format!(
+            "DROP USER IF EXISTS {}{}",
+            ids.user,
+            ids.on()
+        )));
+        out.extend(set_limits(ids, &TenantLimits::default()));
+    }
+    if what.database {
+        out.push(Statement::plain(format!(
+            "DROP DATABASE IF EXISTS {}{}",
+            ids.database,
+            ids.on()
+        )));
+    }
+    out.push(drop_role(ids, &ids.owner));
     out
 }
 
@@ -333,10 +493,11 @@ pub fn plan(
     }
     match (action, desired.reclaim) {
         (RunAction::Deprovision, ReclaimPolicy::Delete) => {
-            out.extend(drop_tenant(ids));
+            out.extend(ownership_probe(ids));
+            out.extend(drop_tenant(ids, Drops::ALL));
             return out;
         }
-        _ => out.push(user_exists(&ids.user)),
+        _ => out.extend(ownership_probe(ids)),
     }
     let locked = desired.locked;
     match action {
@@ -383,29 +544,76 @@ mod tests {
     use super::*;
 
     fn ids(name: &str) -> TenantIdents {
-        TenantIdents::for_tenant(&TenantName::parse(name).unwrap()).unwrap()
+        TenantIdents::for_tenant(&TenantName::parse(name).unwrap(), &owner(name)).unwrap()
+    }
+
+    fn owner(name: &str) -> Owner {
+        Owner {
+            namespace: "team-a".into(),
+            tenant: name.into(),
+            uid: "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9".into(),
+        }
     }
 
     #[test]
     fn provision_statements_are_quoted_and_idempotent() {
-        let s = provision(&ids("acme-corp"), "ab12", false);
-        assert_eq!(s[0].sql, "CREATE DATABASE IF NOT EXISTS `tenant_acme_corp`");
+        let s: Vec<String> = provision(&ids("acme-corp"), "ab12", false)
+            .into_iter()
+            .map(|s| s.sql)
+            .collect();
+        let role = "`sentry-tenants/team-a/acme-corp/0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9`";
         assert_eq!(
-            s[1].sql,
-            "CREATE USER IF NOT EXISTS `tenant_acme_corp_user` IDENTIFIED WITH sha256_hash BY 'ab12' HOST ANY DEFAULT DATABASE `tenant_acme_corp`"
+            s,
+            [
+                format!("CREATE ROLE IF NOT EXISTS {role}"),
+                format!("GRANT SHOW TABLES ON `tenant_acme_corp`.* TO {role}"),
+                "CREATE DATABASE IF NOT EXISTS `tenant_acme_corp`".to_owned(),
+                "CREATE USER IF NOT EXISTS `tenant_acme_corp_user` IDENTIFIED WITH sha256_hash BY 'ab12' HOST ANY DEFAULT DATABASE `tenant_acme_corp`".to_owned(),
+                format!("GRANT {role} TO `tenant_acme_corp_user`"),
+                format!("GRANT {TENANT_PRIVILEGES} ON `tenant_acme_corp`.* TO `tenant_acme_corp_user`"),
+            ]
         );
+    }
+
+    #[test]
+    fn an_owner_role_names_namespace_tenant_and_uid_and_nothing_else_reads_as_one() {
+        let o = owner("acme");
         assert_eq!(
-            s[2].sql,
-            format!("GRANT {TENANT_PRIVILEGES} ON `tenant_acme_corp`.* TO `tenant_acme_corp_user`")
+            o.role().as_str(),
+            "sentry-tenants/team-a/acme/0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
         );
+        assert_eq!(Owner::from_role(o.role().as_str()), Some(o.clone()));
+        assert_eq!(
+            o.to_string(),
+            "Tenant team-a/acme (uid 0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9)"
+        );
+        for not_a_mark in [
+            "",
+            "admin",
+            "sentry-tenants/team-a/acme",
+            "sentry-tenants/team-a/acme/uid/extra",
+            "sentry-tenants/Team-A/acme/0f1e",
+            "sentry-tenants/team-a/acme_x/0f1e",
+            "sentry-tenants/team-a/acme/0F1E",
+            "sentry-tenants/team-a/acme/0f1e`; DROP USER x",
+            "other/team-a/acme/0f1e",
+        ] {
+            assert_eq!(Owner::from_role(not_a_mark), None, "{not_a_mark:?}");
+        }
+        // The names are an owner's only for the tenant the owner names.
+        let other = Owner {
+            tenant: "other".into(),
+            ..o
+        };
+        assert!(TenantIdents::for_tenant(&TenantName::parse("acme").unwrap(), &other).is_err());
     }
 
     #[test]
     fn a_suspended_tenant_is_created_locked() {
         assert!(
-            provision(&ids("acme"), "ab", true)[1]
-                .sql
-                .contains("HOST NONE")
+            provision(&ids("acme"), "ab", true)
+                .iter()
+                .any(|s| s.sql.starts_with("CREATE USER") && s.sql.contains("HOST NONE"))
         );
         assert_eq!(
             set_locked(&ids("acme"), true).sql,
@@ -431,9 +639,9 @@ mod tests {
             assert!(!st.to_string().contains("deadbeef"), "{st}");
         }
         assert!(
-            provision(&ids("acme"), "deadbeef", false)[1]
-                .sql
-                .contains("deadbeef")
+            provision(&ids("acme"), "deadbeef", false)
+                .iter()
+                .any(|s| s.sql.starts_with("CREATE USER") && s.sql.contains("deadbeef"))
         );
     }
 
@@ -464,17 +672,24 @@ mod tests {
                 .map(ToString::to_string)
                 .collect()
         };
+        let role = "`sentry-tenants/team-a/acme/0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9`";
         let probe = [
             "SELECT version()",
             "SELECT count() FROM system.users WHERE name = 'tenant_acme_user'",
+            "SELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user'",
+            "SELECT count() FROM system.databases WHERE name = 'tenant_acme'",
+            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme' AND role_name IS NOT NULL",
         ];
         assert_eq!(
             redacted(RunAction::Provision, true),
             [
                 &probe[..],
                 &[
+                    &format!("CREATE ROLE IF NOT EXISTS {role}"),
+                    &format!("GRANT SHOW TABLES ON `tenant_acme`.* TO {role}"),
                     "CREATE DATABASE IF NOT EXISTS `tenant_acme`",
                     "CREATE USER IF NOT EXISTS `tenant_acme_user` IDENTIFIED WITH sha256_hash BY '<redacted>' HOST NONE DEFAULT DATABASE `tenant_acme`",
+                    &format!("GRANT {role} TO `tenant_acme_user`"),
                     &format!("GRANT {TENANT_PRIVILEGES} ON `tenant_acme`.* TO `tenant_acme_user`"),
                     "ALTER USER `tenant_acme_user` HOST NONE",
                 ],
@@ -509,12 +724,16 @@ mod tests {
         assert_eq!(
             delete,
             [
-                "SELECT version()",
-                "DROP USER IF EXISTS `tenant_acme_user`",
-                "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
-                "DROP QUOTA IF EXISTS `tenant_acme_quota`",
-                "DROP DATABASE IF EXISTS `tenant_acme`",
+                &probe[..],
+                &[
+                    "DROP USER IF EXISTS `tenant_acme_user`",
+                    "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
+                    "DROP QUOTA IF EXISTS `tenant_acme_quota`",
+                    "DROP DATABASE IF EXISTS `tenant_acme`",
+                    &format!("DROP ROLE IF EXISTS {role}"),
+                ],
             ]
+            .concat()
         );
     }
 

@@ -39,6 +39,10 @@ impl TenantSync {
         }
     }
 
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     fn tenants(&self) -> Api<Tenant> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }

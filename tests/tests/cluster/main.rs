@@ -15,6 +15,7 @@ mod leader;
 mod limits;
 mod local_dashboard;
 mod operator;
+mod ownership;
 mod provision;
 mod rbac;
 mod reclaim;

@@ -4,7 +4,7 @@
 
 use sentry_tenants::crd::RunAction;
 use sentry_tenants::names::TenantName;
-use sentry_tenants::provision::sql::{TenantIdents, provision};
+use sentry_tenants::provision::sql::provision;
 use sentry_tenants::provision::{
     Auth, ChError, ClickHouse, HttpClickHouse, ProvisionError, Provisioner, TenantSync,
 };
@@ -92,8 +92,13 @@ async fn server_errors_carry_their_code_and_a_one_line_message() {
 async fn create_database_if_not_exists_is_idempotent() {
     let server = ClickHouseServer::start();
     let ch = HttpClickHouse::new(&server.url(), ADMIN, ADMIN_PASSWORD, Auth::Basic).unwrap();
-    let ids = TenantIdents::for_tenant(&TenantName::parse("acme-corp").unwrap()).unwrap();
-    let create_db = &provision(&ids, "00", false)[0].sql;
+    let ids = sentry_tenants_tests::tenant_idents("acme-corp");
+    let statements = provision(&ids, "00", false);
+    let create_db = &statements
+        .iter()
+        .find(|s| s.sql.starts_with("CREATE DATABASE"))
+        .expect("Provision creates the database")
+        .sql;
     for _ in 0..3 {
         ch.query(create_db).await.unwrap();
     }
@@ -131,12 +136,12 @@ async fn the_provisioner_refuses_a_server_without_sql_users_before_writing_anyth
         c.log.writes()
     );
     // And it is right: this server cannot parse the user DDL at all.
-    let ids = TenantIdents::for_tenant(&TenantName::parse("acme").unwrap()).unwrap();
-    let err = p
-        .clickhouse
-        .query(&provision(&ids, "00", false)[1].sql)
-        .await
-        .unwrap_err();
+    let ids = sentry_tenants_tests::tenant_idents("acme");
+    let create_user = provision(&ids, "00", false)
+        .into_iter()
+        .find(|s| s.sql.starts_with("CREATE USER"))
+        .expect("Provision creates the user");
+    let err = p.clickhouse.query(&create_user.sql).await.unwrap_err();
     assert!(
         matches!(err, ChError::Server { code: Some(62), .. }),
         "{err:?}"

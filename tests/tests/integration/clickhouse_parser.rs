@@ -7,10 +7,10 @@ use std::process::{Command, Stdio};
 
 use sentry_tenants::crd::{ReclaimPolicy, RunAction, TenantLimits};
 use sentry_tenants::limits::{MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR};
-use sentry_tenants::names::{MAX_TENANT_NAME, TenantName};
+use sentry_tenants::names::MAX_TENANT_NAME;
 use sentry_tenants::provision::sha256_hex;
 use sentry_tenants::provision::sql::{
-    Desired, Ident, TENANT_PRIVILEGES, TenantIdents, plan, quote_ident, quote_str, rotate,
+    Desired, Ident, TENANT_PRIVILEGES, plan, quote_ident, quote_str, rotate,
 };
 use sentry_tenants_tests::readme_block;
 use serde_json::Value;
@@ -119,7 +119,7 @@ fn every_generated_statement() -> Vec<String> {
     let hash = sha256_hex("correct horse battery staple");
     let mut out = Vec::new();
     for name in tenant_names() {
-        let ids = TenantIdents::for_tenant(&TenantName::parse(&name).unwrap()).unwrap();
+        let ids = sentry_tenants_tests::tenant_idents(&name);
         let clusters = [None, Some(Ident::cluster("prod-eu.1").unwrap())];
         for (ids, action) in clusters
             .into_iter()

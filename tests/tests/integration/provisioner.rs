@@ -57,12 +57,21 @@ async fn provision_stores_credentials_before_the_user_exists_and_reports_status(
     assert!(outcome.describe().contains("new credentials"));
 
     let ddl = ch.ddl();
-    assert_eq!(ddl.len(), 3, "{ddl:#?}");
-    assert!(ddl[0].starts_with("CREATE DATABASE IF NOT EXISTS `tenant_acme`"));
-    assert!(ddl[1].starts_with(
+    let uid = c.tenant("acme").await.metadata.uid.unwrap();
+    let role = format!("`sentry-tenants/{NS}/acme/{uid}`");
+    assert_eq!(ddl.len(), 6, "{ddl:#?}");
+    // The owner mark first, so that whatever exists of the tenant afterwards is known as its own.
+    assert_eq!(ddl[0], format!("CREATE ROLE IF NOT EXISTS {role}"));
+    assert_eq!(
+        ddl[1],
+        format!("GRANT SHOW TABLES ON `tenant_acme`.* TO {role}")
+    );
+    assert!(ddl[2].starts_with("CREATE DATABASE IF NOT EXISTS `tenant_acme`"));
+    assert!(ddl[3].starts_with(
         "CREATE USER IF NOT EXISTS `tenant_acme_user` IDENTIFIED WITH sha256_hash BY '"
     ));
-    assert!(ddl[2].starts_with("GRANT "));
+    assert_eq!(ddl[4], format!("GRANT {role} TO `tenant_acme_user`"));
+    assert!(ddl[5].starts_with("GRANT SELECT"));
     let pw = password(&c).await.expect("Secret written");
     assert!(
         ch.may_log_in("tenant_acme_user", &pw),
@@ -160,12 +169,29 @@ async fn a_hundred_reruns_leave_the_password_byte_identical() {
     assert_eq!(ch.password_changes(), 0);
 }
 
+/// Provisions acme, then loses what the tenant knew of it: its credentials Secret and its status (the
+/// user, marked as the tenant's, stays).
+async fn provisioned_then_secret_lost(c: &Cluster, ch: &RecordingClickHouse) -> String {
+    provisioner(c, ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    let lost = password(c).await.unwrap();
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .delete("acme-clickhouse", &Default::default())
+        .await
+        .unwrap();
+    clear_status(c).await;
+    ch.clear();
+    lost
+}
+
 #[tokio::test]
-async fn a_user_without_its_secret_is_refused_not_rotated() {
+async fn the_tenants_own_user_without_its_secret_is_refused_not_rotated() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
     let ch = RecordingClickHouse::new(MODERN);
-    ch.add_user("tenant_acme_user", "password-nobody-has-anymore");
+    let lost = provisioned_then_secret_lost(&c, &ch).await;
     let err = provisioner(&c, &ch, false)
         .run(&acme(), RunAction::Provision)
         .await
@@ -177,7 +203,35 @@ async fn a_user_without_its_secret_is_refused_not_rotated() {
     );
     assert!(ch.ddl().is_empty());
     assert!(password(&c).await.is_none(), "no Secret written");
-    assert!(ch.password_matches("tenant_acme_user", "password-nobody-has-anymore"));
+    assert!(ch.password_matches("tenant_acme_user", &lost));
+}
+
+/// A user of the tenant's name that sentry-tenants did not make for it (made by hand, or by another
+/// install before owner marks existed) is refused before any statement, even with `--rotate`: the
+/// deliberate rotation is for the tenant's own user only.
+#[tokio::test]
+async fn a_user_that_is_not_the_tenants_is_refused_even_with_rotate() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    ch.add_user("tenant_acme_user", "someone-elses-password");
+    for rotate in [false, true] {
+        let err = provisioner(&c, &ch, rotate)
+            .run(&acme(), RunAction::Provision)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ProvisionError::NotOurs { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "ClickHouse user tenant_acme_user exists but was not made by sentry-tenants for this tenant (it carries no owner mark, the tenant's status does not record it, and the tenant's credentials do not log in to it): left alone; give the tenant another name, or remove the object in ClickHouse if it is a leftover nobody uses"
+        );
+        assert!(ch.ddl().is_empty(), "rotate={rotate}: {:?}", ch.ddl());
+        assert!(ch.password_matches("tenant_acme_user", "someone-elses-password"));
+    }
+    assert!(
+        password(&c).await.is_none(),
+        "refused before a Secret was written"
+    );
 }
 
 #[tokio::test]
@@ -185,12 +239,13 @@ async fn rotate_issues_new_credentials_only_when_asked() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
     let ch = RecordingClickHouse::new(MODERN);
-    ch.add_user("tenant_acme_user", "lost");
+    let lost = provisioned_then_secret_lost(&c, &ch).await;
     provisioner(&c, &ch, true)
         .run(&acme(), RunAction::Provision)
         .await
         .unwrap();
     let pw = password(&c).await.unwrap();
+    assert_ne!(pw, lost);
     assert!(ch.password_matches("tenant_acme_user", &pw));
     assert!(
         ch.ddl()
@@ -353,7 +408,13 @@ async fn a_suspended_tenant_is_provisioned_locked() {
         .run(&acme(), RunAction::Provision)
         .await
         .unwrap();
-    assert!(ch.ddl()[1].contains("HOST NONE"));
+    assert!(
+        ch.ddl()
+            .iter()
+            .any(|s| s.starts_with("CREATE USER") && s.contains(" HOST NONE ")),
+        "{:#?}",
+        ch.ddl()
+    );
     assert_eq!(
         c.tenant("acme").await.status.unwrap().access_locked,
         Some(true)
@@ -556,8 +617,9 @@ async fn a_retried_provision_locks_a_user_an_earlier_attempt_left_unlocked() {
     c.create_tenant("acme").await;
     let ch = RecordingClickHouse::new(MODERN);
     let p = provisioner(&c, &ch, false);
-    // Version, user check, CREATE DATABASE and CREATE USER are answered; the GRANT is not.
-    ch.fail_after(4, ChError::Unreachable("connection reset".into()));
+    // Version, the four ownership reads, the owner role and its grant, CREATE DATABASE and CREATE
+    // USER are answered; the user's owner mark is not: the retry proves the user by its login.
+    ch.fail_after(9, ChError::Unreachable("connection reset".into()));
     p.run(&acme(), RunAction::Provision).await.unwrap_err();
     assert_eq!(ch.is_locked("tenant_acme_user"), Some(false));
 
@@ -707,8 +769,8 @@ async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_passw
     let p = provisioner(&c, &ch, false);
     p.run(&acme(), RunAction::Provision).await.unwrap();
     let old = password(&c).await.unwrap();
-    // version, user check: then the ALTER fails.
-    ch.fail_after(2, ChError::Unreachable("connection reset".into()));
+    // version, the four ownership reads: then the ALTER fails.
+    ch.fail_after(5, ChError::Unreachable("connection reset".into()));
     p.run(&acme(), RunAction::Rotate).await.unwrap_err();
     assert_eq!(password(&c).await.unwrap(), old, "nothing switched yet");
     let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)

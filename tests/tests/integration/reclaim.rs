@@ -351,18 +351,23 @@ async fn delete_drops_user_and_database_and_deletes_the_secret() {
             "dropped database tenant_acme and its user, deleted its credentials Secret"
         );
     }
+    let uid = c.tenant("acme").await.metadata.uid.unwrap();
+    let drop_role = format!("DROP ROLE IF EXISTS `sentry-tenants/{NS}/acme/{uid}`");
+    let drop_user = [
+        "DROP USER IF EXISTS `tenant_acme_user`",
+        "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
+        "DROP QUOTA IF EXISTS `tenant_acme_quota`",
+    ];
+    // The re-run finds nothing of the tenant's left: the database is gone, and no longer named.
     assert_eq!(
         ch.ddl(),
         [
-            "DROP USER IF EXISTS `tenant_acme_user`",
-            "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
-            "DROP QUOTA IF EXISTS `tenant_acme_quota`",
-            "DROP DATABASE IF EXISTS `tenant_acme`",
-            "DROP USER IF EXISTS `tenant_acme_user`",
-            "DROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`",
-            "DROP QUOTA IF EXISTS `tenant_acme_quota`",
-            "DROP DATABASE IF EXISTS `tenant_acme`",
-        ],
+            &drop_user[..],
+            &["DROP DATABASE IF EXISTS `tenant_acme`", &drop_role],
+            &drop_user[..],
+            &[&drop_role],
+        ]
+        .concat(),
         "idempotent"
     );
     assert!(!ch.has_user(USER) && !ch.has_database(DATABASE));
@@ -421,5 +426,73 @@ async fn a_secret_of_the_name_that_is_not_the_tenants_is_left_alone_by_either_po
         let after = secret(&c).await.expect("still there");
         assert_eq!(after.labels().get("team").map(String::as_str), Some("db"));
         assert!(!after.labels().contains_key(RETAINED_FOR), "{policy:?}");
+    }
+}
+
+/// Another install (namespace `other`) with a tenant `acme` sharing the ClickHouse server: its
+/// Provisioner, on an API of its own, provisions it. Returns its password.
+async fn other_install_provisions_acme(ch: &RecordingClickHouse) -> String {
+    let other = Cluster::new().await;
+    let tenant = Tenant::new("acme", Default::default());
+    let tenants: Api<Tenant> = Api::namespaced(other.admin.clone(), "other");
+    tenants.create(&Default::default(), &tenant).await.unwrap();
+    let p = Provisioner {
+        sync: sentry_tenants::provision::TenantSync::new(
+            other.client.clone(),
+            "other",
+            "/var/lib/sentry/tantivy",
+        ),
+        ..other.provisioner(ch, false)
+    };
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let secret = Api::<Secret>::namespaced(other.admin.clone(), "other")
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    String::from_utf8(password_of(&secret)).unwrap()
+}
+
+/// The data-loss case of two installs sharing a ClickHouse: this install's `acme` is deleted with
+/// either policy while the other install's `acme` owns `tenant_acme`. Before owner marks, Delete
+/// dropped the other's user and database and Retain locked its user.
+#[tokio::test]
+async fn deprovision_leaves_another_installs_tenant_of_the_name_alone_under_either_policy() {
+    for policy in ReclaimPolicy::ALL {
+        let ch = RecordingClickHouse::new(MODERN);
+        let theirs = other_install_provisions_acme(&ch).await;
+        let c = Cluster::new().await;
+        c.create_tenant("acme").await;
+        c.patch_spec("acme", json!({"reclaimPolicy": policy.as_str()}))
+            .await;
+        c.settle().await; // the finalizer on
+        // This install's acme cannot provision: the names are the other's.
+        let err = provisioner(&c, &ch)
+            .run(&acme(), RunAction::Provision)
+            .await
+            .unwrap_err();
+        let owner = "belongs to Tenant other/acme (uid ";
+        assert!(err.to_string().contains(owner), "{policy:?}: {err}");
+        ch.clear();
+        delete_tenant(&c, "acme").await;
+        let outcome = provisioner(&c, &ch)
+            .run(&acme(), RunAction::Deprovision)
+            .await
+            .unwrap();
+        let said = outcome.describe();
+        assert!(
+            said.contains(&format!("ClickHouse user tenant_acme_user {owner}"))
+                && said.contains(&format!("ClickHouse database tenant_acme {owner}")),
+            "{policy:?}: {said}"
+        );
+        let own_role_only = ch
+            .ddl()
+            .iter()
+            .all(|s| s.starts_with("DROP ROLE IF EXISTS `sentry-tenants/sentry-tenants/acme/"));
+        assert!(own_role_only, "{policy:?}: {:#?}", ch.ddl());
+        assert!(ch.has_database(DATABASE), "{policy:?}");
+        assert!(
+            ch.may_log_in(USER, &theirs),
+            "{policy:?}: their login works"
+        );
     }
 }
