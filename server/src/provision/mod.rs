@@ -614,8 +614,9 @@ impl<C: ClickHouse> Provisioner<C> {
             Some(password) if needs_login => self.logs_in(ids, password).await?,
             _ => false,
         };
-        let user = claimant.user(&user_found, logs_in);
-        let db = claimant.database(&db_found, &user);
+        let has_secret = on_file.is_some();
+        let user = claimant.user(&user_found, logs_in, has_secret);
+        let db = claimant.database(&db_found, &user, has_secret);
         Ok((user, db))
     }
 

@@ -7,11 +7,12 @@
 //!   records the database as provisioned (the provisioner writes that only after it made it — tenants
 //!   provisioned before marks existed are recognised so, and marked at their next run), or the
 //!   password in its own credentials Secret logs in as the user (a run cut short between creating the
-//!   user and marking it; a retained user a re-created Tenant adopts). A database with no mark is
-//!   proven by its user.
+//!   user and marking it). A database with no mark is proven by its user.
 //!
 //! A mark of a deleted Tenant of the same namespace and name (the Tenant this one re-created) is no
-//! other owner: this Tenant proves the objects as above, marks them, and the old mark goes.
+//! other owner: only this install could have made it, and this Tenant holds that Tenant's retained
+//! credentials Secret (adopted) — proof enough even while the retained user's logins are locked. The
+//! objects are marked as this Tenant's, and the old mark goes.
 
 use super::sql::{Owner, TenantIdents};
 use crate::crd::Tenant;
@@ -77,17 +78,17 @@ impl Claimant<'_> {
     }
 
     /// The verdict on the user; `logs_in` whether the password on file logs in as it (asked only
-    /// when it decides).
-    pub fn user(&self, found: &Found, logs_in: bool) -> Verdict {
-        self.judge(found, || self.recorded() || logs_in)
+    /// when it decides); `has_secret` whether the tenant has a credentials Secret of its own.
+    pub fn user(&self, found: &Found, logs_in: bool, has_secret: bool) -> Verdict {
+        self.judge(found, has_secret, || self.recorded() || logs_in)
     }
 
     /// The verdict on the database, given the user's: an unmarked database is proven by its user.
-    pub fn database(&self, found: &Found, user: &Verdict) -> Verdict {
-        self.judge(found, || self.recorded() || user.is_ours())
+    pub fn database(&self, found: &Found, user: &Verdict, has_secret: bool) -> Verdict {
+        self.judge(found, has_secret, || self.recorded() || user.is_ours())
     }
 
-    fn judge(&self, found: &Found, proven: impl FnOnce() -> bool) -> Verdict {
+    fn judge(&self, found: &Found, has_secret: bool, proven: impl FnOnce() -> bool) -> Verdict {
         let Found::Present(marks) = found else {
             return Verdict::Free;
         };
@@ -100,7 +101,8 @@ impl Claimant<'_> {
         if let Some(other) = marks.iter().find(|m| !self.is_predecessor(m)) {
             return Verdict::Foreign(other.clone());
         }
-        if proven() {
+        let predecessor_only = !marks.is_empty();
+        if predecessor_only && has_secret || proven() {
             Verdict::Ours {
                 marked: false,
                 predecessors: self.predecessors(marks),
@@ -167,8 +169,8 @@ mod tests {
             tenant: t,
             ids: &ids,
         };
-        let u = c.user(&user, logs_in);
-        let d = c.database(&db, &u);
+        let u = c.user(&user, logs_in, logs_in);
+        let d = c.database(&db, &u, logs_in);
         (u, d)
     }
 
@@ -274,7 +276,7 @@ mod tests {
         assert_eq!((user.clone(), db), (adopted.clone(), adopted));
         assert!(user.needs_mark());
         assert_eq!(user.predecessors(), std::slice::from_ref(&before));
-        // Without the retained credentials logging in, a predecessor's objects are not taken over.
+        // Without the retained credentials Secret, a predecessor's objects are not taken over.
         assert_eq!(
             judge(
                 &tenant(None),

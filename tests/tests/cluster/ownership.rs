@@ -4,7 +4,7 @@
 //! off the first's user and database.
 
 use kube::api::Api;
-use sentry_tenants::crd::{RunPhase, Tenant, TenantPhase};
+use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
@@ -36,12 +36,14 @@ async fn a_second_install_never_touches_the_first_installs_tenant_of_the_same_na
         theirs.metadata.uid.as_deref().unwrap()
     );
     let tenants: Api<Tenant> = Api::namespaced(second.admin.clone(), &second.ns);
+    let runs: Api<RunJob> = Api::namespaced(second.admin.clone(), &second.ns);
     let said = wait_until("the second acme's Provision run to fail", async || {
-        let t = tenants.get("acme").await.ok()?;
-        t.history()
+        let listed = runs.list(&Default::default()).await.ok()?;
+        listed
+            .items
             .iter()
-            .find(|h| h.phase == RunPhase::Failed)
-            .map(|h| h.message.clone())
+            .find(|r| r.phase() == Some(RunPhase::Failed))
+            .and_then(|r| r.status.as_ref()?.message.clone())
     })
     .await;
     assert!(said.contains(&owner), "{said}");
