@@ -75,7 +75,7 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
             "SELECT count() FROM system.users WHERE name = 'tenant_acme_corp_user';",
             "SELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_corp_user';",
             "SELECT count() FROM system.databases WHERE name = 'tenant_acme_corp';",
-            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme_corp' AND role_name IS NOT NULL;",
+            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme_corp';",
             &format!("CREATE ROLE IF NOT EXISTS {role};"),
             &format!("GRANT SHOW TABLES ON `tenant_acme_corp`.* TO {role};"),
             "CREATE DATABASE IF NOT EXISTS `tenant_acme_corp`;",
@@ -107,11 +107,11 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
     for (policy, want) in [
         (
             "retain",
-            "SELECT version();\nSELECT count() FROM system.users WHERE name = 'tenant_acme_user';\nSELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user';\nSELECT count() FROM system.databases WHERE name = 'tenant_acme';\nSELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme' AND role_name IS NOT NULL;\nALTER USER `tenant_acme_user` HOST NONE;\n",
+            "SELECT version();\nSELECT count() FROM system.users WHERE name = 'tenant_acme_user';\nSELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user';\nSELECT count() FROM system.databases WHERE name = 'tenant_acme';\nSELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme';\nALTER USER `tenant_acme_user` HOST NONE;\n",
         ),
         (
             "Delete",
-            "SELECT version();\nSELECT count() FROM system.users WHERE name = 'tenant_acme_user';\nSELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user';\nSELECT count() FROM system.databases WHERE name = 'tenant_acme';\nSELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme' AND role_name IS NOT NULL;\nDROP USER IF EXISTS `tenant_acme_user`;\nDROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`;\nDROP QUOTA IF EXISTS `tenant_acme_quota`;\nDROP DATABASE IF EXISTS `tenant_acme`;\nDROP ROLE IF EXISTS `sentry-tenants/sentry-tenants/acme/00000000-0000-0000-0000-000000000000`;\n",
+            "SELECT version();\nSELECT count() FROM system.users WHERE name = 'tenant_acme_user';\nSELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user';\nSELECT count() FROM system.databases WHERE name = 'tenant_acme';\nSELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme';\nDROP USER IF EXISTS `tenant_acme_user`;\nDROP SETTINGS PROFILE IF EXISTS `tenant_acme_profile`;\nDROP QUOTA IF EXISTS `tenant_acme_quota`;\nDROP DATABASE IF EXISTS `tenant_acme`;\nDROP ROLE IF EXISTS `sentry-tenants/sentry-tenants/acme/00000000-0000-0000-0000-000000000000`;\n",
         ),
     ] {
         let out = bin()
@@ -154,7 +154,7 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
          SELECT count() FROM system.users WHERE name = 'tenant_acme_user';\n\
          SELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user';\n\
          SELECT count() FROM system.databases WHERE name = 'tenant_acme';\n\
-         SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme' AND role_name IS NOT NULL;\n\
+         SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme';\n\
          CREATE SETTINGS PROFILE OR REPLACE `tenant_acme_profile` ON CLUSTER `prod` SETTINGS max_memory_usage = 2147483648 READONLY TO `tenant_acme_user`;\n\
          CREATE QUOTA OR REPLACE `tenant_acme_quota` ON CLUSTER `prod` FOR INTERVAL 1 hour MAX queries = 500 TO `tenant_acme_user`;\n"
     );

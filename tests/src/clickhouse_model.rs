@@ -167,11 +167,19 @@ impl Model {
         }
         if sql.starts_with("SELECT DISTINCT role_name FROM system.grants") {
             let db = quoted_after(sql, "database = ").unwrap_or_default();
+            // A user's grant has no role: ClickHouse's TSV writes its NULL as `\N`.
+            let null = "\\N".to_owned();
             let roles = self
                 .database_grants
                 .iter()
-                .filter(|(grantee, dbs)| self.roles.contains(*grantee) && dbs.contains(db))
-                .map(|(grantee, _)| grantee);
+                .filter(|(_, dbs)| dbs.contains(db))
+                .map(|(grantee, _)| {
+                    if self.roles.contains(grantee) {
+                        grantee
+                    } else {
+                        &null
+                    }
+                });
             return Some(lines(roles.collect::<BTreeSet<_>>()));
         }
         None

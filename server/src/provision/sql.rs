@@ -211,18 +211,20 @@ pub fn select_version() -> Statement {
     Statement::plain("SELECT version()".into())
 }
 
-pub fn user_exists(user: &Ident) -> Statement {
+/// `<query> WHERE <column> = '<name>'`: a read of one of the server's own tables about one name.
+fn lookup(query: &str, column: &str, name: &Ident) -> Statement {
     Statement::plain(format!(
-        "SELECT count() FROM system.users WHERE name = {}",
-        quote_str(user.as_str())
+        "{query} WHERE {column} = {}",
+        quote_str(name.as_str())
     ))
 }
 
+pub fn user_exists(user: &Ident) -> Statement {
+    lookup("SELECT count() FROM system.users", "name", user)
+}
+
 pub fn database_exists(database: &Ident) -> Statement {
-    Statement::plain(format!(
-        "SELECT count() FROM system.databases WHERE name = {}",
-        quote_str(database.as_str())
-    ))
+    lookup("SELECT count() FROM system.databases", "name", database)
 }
 
 /// What a run reads before it changes anything: whether the user and the database exist, and whose
@@ -238,18 +240,21 @@ pub fn ownership_probe(ids: &TenantIdents) -> [Statement; 4] {
 
 /// The roles granted to `user`, one a line: an owner role among them marks the user.
 pub fn roles_of_user(user: &Ident) -> Statement {
-    Statement::plain(format!(
-        "SELECT granted_role_name FROM system.role_grants WHERE user_name = {}",
-        quote_str(user.as_str())
-    ))
+    lookup(
+        "SELECT granted_role_name FROM system.role_grants",
+        "user_name",
+        user,
+    )
 }
 
-/// The roles holding a privilege on `database`, one a line: an owner role among them marks it.
+/// The roles holding a privilege on `database`, one a line (a user's grant reads as `\N`, no role):
+/// an owner role among them marks it.
 pub fn roles_on_database(database: &Ident) -> Statement {
-    Statement::plain(format!(
-        "SELECT DISTINCT role_name FROM system.grants WHERE database = {} AND role_name IS NOT NULL",
-        quote_str(database.as_str())
-    ))
+    lookup(
+        "SELECT DISTINCT role_name FROM system.grants",
+        "database",
+        database,
+    )
 }
 
 /// The owner mark, made before anything it marks: the role, then its privilege on the database (a
@@ -678,7 +683,7 @@ mod tests {
             "SELECT count() FROM system.users WHERE name = 'tenant_acme_user'",
             "SELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user'",
             "SELECT count() FROM system.databases WHERE name = 'tenant_acme'",
-            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme' AND role_name IS NOT NULL",
+            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme'",
         ];
         assert_eq!(
             redacted(RunAction::Provision, true),
