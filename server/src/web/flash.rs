@@ -120,7 +120,14 @@ pub async fn only_signed_messages(request: Request, next: Next) -> Response {
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    Redirect::to(&without_messages(here)).into_response()
+    Redirect::to(&same_origin(&without_messages(here))).into_response()
+}
+
+/// A redirect target that can only mean this origin. The request's own path may begin `//host/` or
+/// `/\host/` (browsers read `\` as `/`), which a browser would follow to another host; leading
+/// slashes and backslashes collapse to one `/`.
+pub fn same_origin(path_and_query: &str) -> String {
+    format!("/{}", path_and_query.trim_start_matches(['/', '\\']))
 }
 
 #[cfg(test)]
@@ -156,5 +163,18 @@ mod tests {
             "/tenants"
         );
         assert_eq!(without_messages("/tenants"), "/tenants");
+    }
+
+    #[test]
+    fn a_redirect_never_leaves_the_origin() {
+        for (path, local) in [
+            ("/tenants?phase=Active", "/tenants?phase=Active"),
+            ("//evil.example/x", "/evil.example/x"),
+            ("/\\evil.example/x", "/evil.example/x"),
+            ("///\\//evil.example", "/evil.example"),
+            ("/", "/"),
+        ] {
+            assert_eq!(same_origin(path), local, "{path}");
+        }
     }
 }
