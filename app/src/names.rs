@@ -19,8 +19,9 @@ pub const MAX_RUN_SERIAL: u64 = 999_999_999_999;
 pub const TENANT_NAME_PATTERN: &str = "^[a-z]([-a-z0-9]*[a-z0-9])?$";
 /// A DNS-1123 label, the rule for RunJob names.
 pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-/// Display names may hold any printable text but no control characters.
-pub const DISPLAY_NAME_PATTERN: &str = "^[^\\x00-\\x1F\\x7F]*$";
+/// Display names may hold any printable text but no control characters: C0, DEL and C1, exactly
+/// what `char::is_control` refuses in [`validate_display_name`].
+pub const DISPLAY_NAME_PATTERN: &str = "^[^\\x00-\\x1F\\x7F-\\x9F]*$";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {

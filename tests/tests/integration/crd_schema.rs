@@ -56,6 +56,36 @@ fn invalid_tenant_names_are_rejected_by_the_schema() {
     }
 }
 
+/// The apiserver's rule for `spec.displayName` (the CRD's pattern, as a JSON Schema validator reads
+/// it) and the Rust rule the dashboard and the provisioner apply admit exactly the same characters,
+/// over every Unicode scalar value.
+#[test]
+fn the_display_name_pattern_admits_exactly_what_the_rust_rule_admits() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(Tenant::crd()).unwrap();
+    let pattern =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["displayName"]["pattern"]
+            .as_str()
+            .expect("displayName has a pattern")
+            .to_owned();
+    let schema = jsonschema::validator_for(&json!({"type": "string", "pattern": pattern})).unwrap();
+    let differ: Vec<String> = ('\0'..=char::MAX)
+        .filter(|c| {
+            let one = c.to_string();
+            schema.is_valid(&json!(one))
+                != sentry_tenants::names::validate_display_name(&one).is_ok()
+        })
+        .map(|c| format!("U+{:04X}", c as u32))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} code points where the schema and the Rust rule disagree, first {:?}",
+        differ.len(),
+        &differ[..differ.len().min(10)]
+    );
+}
+
 #[test]
 fn overlong_or_control_character_display_names_are_rejected() {
     let errs = errors::<Tenant>(
