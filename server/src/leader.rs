@@ -1,6 +1,11 @@
 //! Leader election on a `coordination.k8s.io` Lease: every replica serves the dashboard, only the
 //! holder of the Lease reconciles. Writes use the Lease's resourceVersion, so two replicas racing for
 //! an expired Lease cannot both win.
+//!
+//! Expiry is judged on this replica's own clock, as client-go does: a Lease has expired when this
+//! replica has seen it unchanged for its whole duration — never by comparing the holder's `renewTime`,
+//! written with the holder's clock, with ours (clocks apart by more than a third of the Lease would
+//! give two leaders).
 
 use std::time::Duration;
 
@@ -19,6 +24,26 @@ pub struct LeaderElection {
     identity: String,
     lease_duration: Duration,
     clock: Clock,
+    /// The other holder's record as last seen, and when (on our clock) it was first seen so.
+    observed: std::sync::Mutex<Option<(Record, Timestamp)>>,
+}
+
+/// What changes whenever a holder renews: who, its `renewTime` and the duration it claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    holder: String,
+    renewed: Option<Timestamp>,
+    seconds: Option<i32>,
+}
+
+impl Record {
+    fn of(spec: &LeaseSpec) -> Self {
+        Self {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            renewed: spec.renew_time.as_ref().map(|t| t.0),
+            seconds: spec.lease_duration_seconds,
+        }
+    }
 }
 
 impl LeaderElection {
@@ -33,7 +58,29 @@ impl LeaderElection {
             identity: identity.into(),
             lease_duration,
             clock,
+            observed: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether another holder's Lease has gone unrenewed for its whole duration, as this replica has
+    /// watched it: the clock starts when the record is first seen as it is now.
+    fn expired(&self, spec: &LeaseSpec, now: Timestamp) -> bool {
+        if spec.renew_time.is_none() {
+            return true;
+        }
+        let record = Record::of(spec);
+        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        let since = match observed.as_ref() {
+            Some((seen, at)) if *seen == record => *at,
+            _ => {
+                *observed = Some((record.clone(), now));
+                now
+            }
+        };
+        let duration = SignedDuration::from_secs(i64::from(record.seconds.unwrap_or(15)));
+        since
+            .checked_add(duration)
+            .is_ok_and(|deadline| deadline < now)
     }
 
     pub fn identity(&self) -> &str {
@@ -49,7 +96,7 @@ impl LeaderElection {
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let ours = holder == self.identity;
-        if !ours && !holder.is_empty() && !expired(spec, now) {
+        if !ours && !holder.is_empty() && !self.expired(spec, now) {
             return Ok(false);
         }
         if !ours {
@@ -180,15 +227,4 @@ impl LeaderElection {
         }
         .max(std::time::Duration::from_millis(1))
     }
-}
-
-fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    let Some(renewed) = spec.renew_time.as_ref() else {
-        return true;
-    };
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-    renewed
-        .0
-        .checked_add(duration)
-        .is_ok_and(|deadline| deadline < now)
 }

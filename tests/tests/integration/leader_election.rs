@@ -44,6 +44,7 @@ async fn only_one_of_two_replicas_leads_while_the_lease_is_renewed() {
 async fn an_expired_lease_is_taken_over_and_the_old_leader_steps_down() {
     let (c, clock, a, b) = two_replicas().await;
     assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap(), "b sees a's Lease");
     clock.advance(SignedDuration::from_secs(14));
     assert!(!b.try_acquire_or_renew().await.unwrap(), "not expired yet");
     clock.advance(SignedDuration::from_secs(2));
@@ -62,6 +63,37 @@ async fn an_expired_lease_is_taken_over_and_the_old_leader_steps_down() {
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
     assert_eq!(spec.lease_transitions, Some(1));
+}
+
+/// Expiry is what this replica has watched, not the holder's `renewTime` against its own clock: a
+/// holder whose clock is a minute behind keeps its Lease while it renews, and one that stops renewing
+/// loses it a Lease duration after the other replica last saw it change.
+#[tokio::test]
+async fn a_holder_with_a_skewed_clock_keeps_its_lease_while_it_renews() {
+    let c = Cluster::new().await;
+    let b_clock = Clock::manual(c.clock.now());
+    let a_clock = Clock::manual(c.clock.now() - SignedDuration::from_secs(60));
+    let a = elector(&c, "replica-a", &a_clock);
+    let b = elector(&c, "replica-b", &b_clock);
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    for _ in 0..6 {
+        assert!(
+            !b.try_acquire_or_renew().await.unwrap(),
+            "a renews: b never takes over, whatever a's clock says"
+        );
+        a_clock.advance(SignedDuration::from_secs(5));
+        b_clock.advance(SignedDuration::from_secs(5));
+        assert!(a.try_acquire_or_renew().await.unwrap());
+    }
+    // a stops renewing: b takes over once it has seen the Lease unchanged for 15 s, not before.
+    assert!(!b.try_acquire_or_renew().await.unwrap());
+    b_clock.advance(SignedDuration::from_secs(14));
+    assert!(!b.try_acquire_or_renew().await.unwrap(), "not expired yet");
+    b_clock.advance(SignedDuration::from_secs(2));
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "expired: taken over"
+    );
 }
 
 #[tokio::test]
