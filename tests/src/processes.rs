@@ -80,12 +80,11 @@ impl Owned {
         child.wait()
     }
 
-    /// Waits for the child to exit and collects its piped output; what it started is killed after.
+    /// Waits for the child to exit and collects its piped output; what it started is killed after,
+    /// when the guard goes at the end of this call.
     pub fn wait_with_output(mut self) -> io::Result<Output> {
         let child = self.child.take().expect("owned");
-        let output = child.wait_with_output();
-        self.kill_all();
-        output
+        child.wait_with_output()
     }
 
     /// Kills every process found, again until none carries the mark (a process forking while it is
