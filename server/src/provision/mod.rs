@@ -603,13 +603,9 @@ impl<C: ClickHouse> Provisioner<C> {
         };
         let user_found = found(&user_exists, &user_roles).await?;
         let db_found = found(&db_exists, &db_roles).await?;
-        let owner = Owner::from_role(ids.owner.as_str()).expect("built from an owner");
-        let claimant = Claimant {
-            owner: &owner,
-            tenant,
-            ids,
-        };
-        let needs_login = matches!(&user_found, Found::Present(marks) if !marks.contains(&owner));
+        let claimant = Claimant { tenant, ids };
+        let needs_login =
+            matches!(&user_found, Found::Present(marks) if !marks.contains(&ids.owner));
         let logs_in = match on_file {
             Some(password) if needs_login => self.logs_in(ids, password).await?,
             _ => false,

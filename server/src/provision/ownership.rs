@@ -60,14 +60,17 @@ impl Verdict {
     }
 }
 
-/// The tenant that asks, and what it can prove.
+/// The tenant that asks (its names and their owner, `ids.owner`), and what it can prove.
 pub struct Claimant<'a> {
-    pub owner: &'a Owner,
     pub tenant: &'a Tenant,
     pub ids: &'a TenantIdents,
 }
 
 impl Claimant<'_> {
+    fn owner(&self) -> &Owner {
+        &self.ids.owner
+    }
+
     /// Its status records the database as provisioned.
     fn recorded(&self) -> bool {
         self.tenant
@@ -92,7 +95,7 @@ impl Claimant<'_> {
         let Found::Present(marks) = found else {
             return Verdict::Free;
         };
-        if marks.contains(self.owner) {
+        if marks.contains(self.owner()) {
             return Verdict::Ours {
                 marked: true,
                 predecessors: self.predecessors(marks),
@@ -114,9 +117,8 @@ impl Claimant<'_> {
 
     /// A deleted Tenant this one re-created: same namespace and name, another uid.
     fn is_predecessor(&self, mark: &Owner) -> bool {
-        mark.namespace == self.owner.namespace
-            && mark.tenant == self.owner.tenant
-            && mark.uid != self.owner.uid
+        let me = self.owner();
+        mark.namespace == me.namespace && mark.tenant == me.tenant && mark.uid != me.uid
     }
 
     fn predecessors(&self, marks: &[Owner]) -> Vec<Owner> {
@@ -165,7 +167,6 @@ mod tests {
         let me = owner("team-a", "acme", "1111");
         let ids = TenantIdents::for_tenant(&TenantName::parse("acme").unwrap(), &me).unwrap();
         let c = Claimant {
-            owner: &me,
             tenant: t,
             ids: &ids,
         };

@@ -169,12 +169,13 @@ pub struct TenantIdents {
     pub user: Ident,
     pub profile: Ident,
     pub quota: Ident,
-    pub owner: Ident,
+    /// Whose they are: the role [`Owner::role`] marks them with.
+    pub owner: Owner,
     pub cluster: Option<Ident>,
 }
 
 impl TenantIdents {
-    /// The names of `owner`'s objects; `None` when the owner is not a well-formed one.
+    /// The names of `owner`'s objects; an error when the owner is not a well-formed one.
     pub fn for_tenant(tenant: &TenantName, owner: &Owner) -> Result<Self, BadIdentifier> {
         let database = tenant.database();
         let role = owner.role();
@@ -188,7 +189,7 @@ impl TenantIdents {
             user: Ident::parse(&tenant.clickhouse_user())?,
             profile: Ident::parse(&format!("{database}_profile"))?,
             quota: Ident::parse(&format!("{database}_quota"))?,
-            owner: role,
+            owner: owner.clone(),
             cluster: None,
         })
     }
@@ -266,7 +267,7 @@ pub fn mark_owner(ids: &TenantIdents) -> [Statement; 2] {
 pub fn create_owner_role(ids: &TenantIdents) -> Statement {
     Statement::plain(format!(
         "CREATE ROLE IF NOT EXISTS {}{}",
-        ids.owner,
+        ids.owner.role(),
         ids.on()
     ))
 }
@@ -277,13 +278,18 @@ pub fn mark_database(ids: &TenantIdents) -> Statement {
         "GRANT{} SHOW TABLES ON {}.* TO {}",
         ids.on(),
         ids.database,
-        ids.owner
+        ids.owner.role()
     ))
 }
 
 /// The owner role granted to the user: the user marked as the tenant's.
 pub fn mark_user(ids: &TenantIdents) -> Statement {
-    Statement::plain(format!("GRANT{} {} TO {}", ids.on(), ids.owner, ids.user))
+    Statement::plain(format!(
+        "GRANT{} {} TO {}",
+        ids.on(),
+        ids.owner.role(),
+        ids.user
+    ))
 }
 
 /// A role that marked something as another owner's (a deleted Tenant of this name whose objects this
@@ -458,7 +464,7 @@ pub fn drop_tenant(ids: &TenantIdents, what: Drops) -> Vec<Statement> {
             ids.on()
         )));
     }
-    out.push(drop_role(ids, &ids.owner));
+    out.push(drop_role(ids, &ids.owner.role()));
     out
 }
 
