@@ -32,6 +32,12 @@ pub struct Model {
     pub profiles: HashMap<String, (Vec<(String, i64)>, String)>,
     /// Quota → queries per hour, and the user it is assigned to.
     pub quotas: HashMap<String, (i64, String)>,
+    /// Whose now a `VALID UNTIL` is compared with: the in-memory tier's manual clock, or (None) this
+    /// machine's, as a server's own.
+    pub clock: Option<sentry_tenants::clock::Clock>,
+    /// Queries running now, as (user, query id): a test starts them; `KILL QUERY WHERE user = …`
+    /// ends the user's, answering a line per query as the server does.
+    pub running: Vec<(String, String)>,
     /// Clusters in `system.clusters`, and whether users live in a replicated user directory.
     pub clusters: HashSet<String>,
     pub replicated_users: bool,
@@ -94,6 +100,9 @@ impl Model {
         {
             return self.access(sql).map(|()| String::new());
         }
+        if sql.starts_with("KILL QUERY") {
+            return Ok(self.kill_queries(sql));
+        }
         if sql.starts_with("ALTER USER ") {
             let user = quoted_after(sql, "ALTER USER ").unwrap_or_default();
             if !self.users.contains_key(user) {
@@ -104,6 +113,22 @@ impl Model {
             }
         }
         Ok(self.change(sql))
+    }
+
+    /// `KILL QUERY WHERE user = 'u' ASYNC`: each of the user's running queries is asked to stop (and,
+    /// here, stops); the answer is a TSV line per query: status, id, user, query.
+    fn kill_queries(&mut self, sql: &str) -> String {
+        let user = quoted_after(sql, "WHERE user = ")
+            .unwrap_or_default()
+            .to_owned();
+        let (ended, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|(u, _)| *u == user);
+        self.running = left;
+        ended
+            .iter()
+            .map(|(u, id)| format!("waiting\t{id}\t{u}\tSELECT sleep(3)\n"))
+            .collect()
     }
 
     /// Roles and grants: ClickHouse refuses a grant to, or of, a role or user it does not have.
@@ -299,15 +324,22 @@ impl Model {
             .is_some_and(|h| *h == sha256_hex(password))
     }
 
+    fn now(&self) -> jiff::Timestamp {
+        self.clock
+            .as_ref()
+            .map_or_else(jiff::Timestamp::now, sentry_tenants::clock::Clock::now)
+    }
+
     /// Whether `user` may log in with `password`: its password, or an older one still valid, and
     /// logins not locked (and no red run rehearsed with every login refused).
     pub fn may_log_in(&self, user: &str, password: &str) -> bool {
         if crate::rehearsal::logins_refused() {
             return false;
         }
-        let older = self.previous.get(user).is_some_and(|(hash, until)| {
-            *hash == sha256_hex(password) && jiff::Timestamp::now() < *until
-        });
+        let older = self
+            .previous
+            .get(user)
+            .is_some_and(|(hash, until)| *hash == sha256_hex(password) && self.now() < *until);
         (self.password_matches(user, password) || older)
             && !self.locked.get(user).copied().unwrap_or(false)
     }

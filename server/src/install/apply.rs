@@ -56,7 +56,7 @@ pub enum InstallError {
 
 /// What to do about a stuck rollout: most often the image (the default one is built from this
 /// repository's Dockerfile and must be pushed where the cluster can pull it).
-const ROLLOUT_HINT: &str = "fix the cause and re-run install (an image the cluster cannot pull: build and push it as the README's Image section says, or pass --image)";
+const ROLLOUT_HINT: &str = "fix the cause and re-run install (an image the cluster cannot pull: build and push it as docs/install.md's Image section says, or pass --image)";
 
 /// A failed API call as one line naming what we were doing.
 pub fn api_error(action: &str, e: &kube::Error) -> InstallError {

@@ -25,7 +25,7 @@ pub enum ProvisionError {
     )]
     ServerTooOld { version: String },
     #[error(
-        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER, DROP USER, DROP DATABASE, CREATE ROLE, DROP ROLE, ROLE ADMIN, SHOW USERS, SHOW ROLES, CREATE/ALTER/DROP SETTINGS PROFILE and QUOTA, and the tenant privileges WITH GRANT OPTION"
+        "the ClickHouse admin user lacks a privilege ({message}): it needs access_management plus CREATE DATABASE, CREATE USER, ALTER USER, DROP USER, DROP DATABASE, CREATE ROLE, DROP ROLE, ROLE ADMIN, SHOW USERS, SHOW ROLES, KILL QUERY, CREATE/ALTER/DROP SETTINGS PROFILE and QUOTA, and the tenant privileges WITH GRANT OPTION"
     )]
     PermissionDenied { message: String },
     #[error(

@@ -155,7 +155,11 @@ pub enum Outcome {
         old_valid_until: Option<jiff::Timestamp>,
         version: String,
     },
-    Locked,
+    /// A Suspend run: `queries_ended` is how many running queries of the user were asked to stop,
+    /// `None` on a cluster (whose answer is each host's status, not the queries).
+    Locked {
+        queries_ended: Option<usize>,
+    },
     Unlocked,
     /// A Suspend run for a tenant resumed since it was made, or a Resume run for one suspended since:
     /// ClickHouse left alone, so a late run never moves the lock away from the spec.
@@ -216,7 +220,19 @@ impl Outcome {
                 sql::MIN_OVERLAP_VERSION.0,
                 sql::MIN_OVERLAP_VERSION.1
             ),
-            Self::Locked => "ClickHouse logins locked".to_owned(),
+            Self::Locked {
+                queries_ended: Some(0),
+            } => "ClickHouse logins locked; no query of the tenant was running".to_owned(),
+            Self::Locked {
+                queries_ended: Some(n),
+            } => format!(
+                "ClickHouse logins locked; {n} running {} of the tenant asked to stop",
+                if *n == 1 { "query" } else { "queries" }
+            ),
+            Self::Locked {
+                queries_ended: None,
+            } => "ClickHouse logins locked; the tenant's running queries asked to stop on every host"
+                .to_owned(),
             Self::Unlocked => "ClickHouse logins unlocked".to_owned(),
             Self::Superseded { suspended: true } => {
                 "skipped: the tenant was suspended again after this Resume run was made; ClickHouse left as it was".to_owned()
@@ -262,6 +278,8 @@ pub struct Provisioner<C> {
     pub rotate: bool,
     /// Every statement `ON CLUSTER` this cluster.
     pub cluster: Option<Ident>,
+    /// When the old password of a rotation stops being valid is counted from this clock's now.
+    pub clock: crate::clock::Clock,
 }
 
 impl<C: ClickHouse> Provisioner<C> {
@@ -345,7 +363,7 @@ impl<C: ClickHouse> Provisioner<C> {
             }
         };
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
-        let until = overlap.then(|| jiff::Timestamp::now() + tenant.spec.rotation_grace());
+        let until = overlap.then(|| self.clock.now() + tenant.spec.rotation_grace());
         let statement = match until {
             Some(until) => sql::rotate_with_overlap(
                 ids,
@@ -538,15 +556,25 @@ impl<C: ClickHouse> Provisioner<C> {
         }
         self.provisioned_user(name, tenant, ids).await?;
         self.exec(&sql::set_locked(ids, locked).sql).await?;
+        // After the lock, so that no new query can start once these are asked to stop.
+        let queries_ended = if locked {
+            let answer = self.exec(&sql::end_queries(ids).sql).await?;
+            Some(
+                self.cluster
+                    .is_none()
+                    .then(|| answer.lines().filter(|l| !l.is_empty()).count()),
+            )
+        } else {
+            None
+        };
         let enforces = Enforces {
             locked: Some(locked),
             limits: None,
         };
         self.sync.report(name, tenant, enforces).await?;
-        Ok(if locked {
-            Outcome::Locked
-        } else {
-            Outcome::Unlocked
+        Ok(match queries_ended {
+            Some(queries_ended) => Outcome::Locked { queries_ended },
+            None => Outcome::Unlocked,
         })
     }
 
@@ -885,6 +913,7 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
         sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
         rotate: args.rotate,
         cluster: args.clickhouse_cluster.clone(),
+        clock: crate::clock::Clock::System,
     };
     let outcome = provisioner.run(&name, args.action).await?;
     provisioner.sync.announce(&name, &outcome).await;

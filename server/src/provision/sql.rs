@@ -355,6 +355,17 @@ pub fn set_locked(ids: &TenantIdents, locked: bool) -> Statement {
     ))
 }
 
+/// Ends what the tenant's user is running: a lock (`HOST NONE`) stops new logins, not the queries
+/// already running. `ASYNC` asks each to stop and answers at once, one line per query asked (on a
+/// single server; `ON CLUSTER` answers with each host's status instead).
+pub fn end_queries(ids: &TenantIdents) -> Statement {
+    Statement::plain(format!(
+        "KILL QUERY{} WHERE user = {} ASYNC",
+        ids.on(),
+        quote_str(ids.user.as_str())
+    ))
+}
+
 /// A deliberate credential rotation (`--rotate`), never the default.
 pub fn rotate(ids: &TenantIdents, password_sha256_hex: &str) -> Statement {
     let (auth, auth_redacted) = identified(password_sha256_hex);
@@ -522,7 +533,8 @@ pub fn plan(
             }
         }
         // Deprovision under Retain locks the user's logins, if it exists.
-        RunAction::Suspend | RunAction::Deprovision => out.push(set_locked(ids, true)),
+        RunAction::Suspend => out.extend([set_locked(ids, true), end_queries(ids)]),
+        RunAction::Deprovision => out.push(set_locked(ids, true)),
         RunAction::Resume => out.push(set_locked(ids, false)),
         RunAction::SetLimits => out.extend(set_limits(ids, &desired.limits)),
         // What a current server is sent (the time an example); an older one gets `rotate`.
@@ -709,7 +721,14 @@ mod tests {
         );
         assert_eq!(
             redacted(RunAction::Suspend, false),
-            [&probe[..], &["ALTER USER `tenant_acme_user` HOST NONE"]].concat()
+            [
+                &probe[..],
+                &[
+                    "ALTER USER `tenant_acme_user` HOST NONE",
+                    "KILL QUERY WHERE user = 'tenant_acme_user' ASYNC",
+                ],
+            ]
+            .concat()
         );
         assert_eq!(
             redacted(RunAction::Resume, true),

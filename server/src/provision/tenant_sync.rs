@@ -373,7 +373,7 @@ impl TenantSync {
             Outcome::Provisioned { .. } => "Provisioned",
             Outcome::Resynced { .. } => "StatusResynced",
             Outcome::Rotated { .. } | Outcome::RotatedWithGrace { .. } => "CredentialsRotated",
-            Outcome::Locked => "AccessLocked",
+            Outcome::Locked { .. } => "AccessLocked",
             Outcome::Unlocked => "AccessUnlocked",
             Outcome::Superseded { .. } => "RunSuperseded",
             Outcome::Adopted { .. } => "RetainedAdopted",

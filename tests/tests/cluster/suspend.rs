@@ -1,5 +1,5 @@
-//! Suspend and Resume on the real control plane, with the installed operator (its pod run by the
-//! stand-in kubelet) doing the reconciling: by `kubectl patch` and by the dashboard's form post.
+//! Suspend and Resume on the real control plane, with the installed operator (its pod run on the
+//! node) doing the reconciling: by `kubectl patch` and by the dashboard's form post.
 //! What counts is what ClickHouse was told (the stand-in's statements) and what a login can do.
 
 use kube::api::Api;
@@ -44,7 +44,8 @@ fn suspend_by_kubectl_and_resume_by_the_dashboard_lock_and_unlock_the_login_once
 
 async fn suspend_then_resume() {
     let s = setup("suspend").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     s.apply(&tenant("acme", false));
@@ -64,6 +65,16 @@ async fn suspend_then_resume() {
         "a suspended tenant cannot log in"
     );
     assert_eq!(host_statements(&ch, "NONE"), 1, "{:#?}", ch.statements());
+    // The queries already running are ended after the lock, so none starts in between.
+    let statements = ch.statements();
+    let lock = statements.iter().position(|q| q.ends_with("HOST NONE"));
+    let kill = statements
+        .iter()
+        .position(|q| q == "KILL QUERY WHERE user = 'tenant_acme_user' ASYNC");
+    assert!(
+        lock.is_some() && kill > lock,
+        "the lock, then its queries ended: {statements:#?}"
+    );
 
     // Resume from the dashboard: its form post, through the router `run` serves, as the operator's
     // ServiceAccount (this replica only serves; the installed operator reconciles).

@@ -12,7 +12,7 @@ use sentry_tenants::provision::sha256_hex;
 use sentry_tenants::provision::sql::{
     Desired, Ident, TENANT_PRIVILEGES, plan, quote_ident, quote_str, rotate,
 };
-use sentry_tenants_tests::readme_block;
+use sentry_tenants_tests::doc_block;
 use serde_json::Value;
 
 fn python() -> String {
@@ -208,11 +208,11 @@ fn the_parser_rejects_what_it_should() {
     }
 }
 
-/// The admin account's setup in the README's quick start parses, and grants with GRANT OPTION
+/// The admin account's setup in the install guide's quick start parses, and grants with GRANT OPTION
 /// exactly the privileges the provisioner hands a tenant (ClickHouse lets it grant only those).
 #[test]
-fn the_readme_admin_account_statements_parse_and_cover_the_tenant_grant() {
-    let statements: Vec<String> = readme_block("Quick start", "sql")
+fn the_quick_start_admin_account_statements_parse_and_cover_the_tenant_grant() {
+    let statements: Vec<String> = doc_block("docs/install.md", "Quick start", "sql")
         .split(';')
         .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|s| !s.is_empty())

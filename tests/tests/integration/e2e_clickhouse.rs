@@ -34,6 +34,7 @@ async fn provision_suspend_resume_against_live_clickhouse() {
         sync: TenantSync::new(c.client.clone(), NS, "/tmp/tantivy"),
         rotate: false,
         cluster: None,
+        clock: sentry_tenants::clock::Clock::System,
     };
     p.run(&name, RunAction::Provision).await.unwrap();
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
