@@ -530,9 +530,30 @@ mod tests {
     }
 
     #[test]
-    fn every_phase_has_a_badge_class() {
-        for p in TENANT_PHASES.iter().chain(&["Running", "Succeeded"]) {
-            assert!(phase_class(p).starts_with("badge "));
+    fn each_phase_has_the_badge_of_its_meaning() {
+        let pinned = [
+            ("Active", "badge ok"),
+            ("Provisioning", "badge busy"),
+            ("Pending", "badge idle"),
+            ("Suspended", "badge paused"),
+            ("Failed", "badge bad"),
+            ("Terminating", "badge busy"),
+            ("Running", "badge busy"),
+            ("Succeeded", "badge ok"),
+        ];
+        for phase in TENANT_PHASES {
+            assert!(
+                pinned.iter().any(|(p, _)| *p == phase),
+                "{phase} is shown but has no pinned badge here"
+            );
         }
+        for (phase, class) in pinned {
+            assert_eq!(phase_class(phase), class, "{phase}");
+        }
+        assert_eq!(
+            phase_class("Unknown"),
+            "badge idle",
+            "anything else looks idle"
+        );
     }
 }
