@@ -18,8 +18,10 @@ fi
 echo "setup: toolchain $toolchain with wasm32-unknown-unknown, clippy, rustfmt ready"
 
 # Debian packages the tests use: the real ClickHouse server (18.16) for the HTTP transport tests,
-# Chromium with chromedriver for the dashboard's browser tests, and openssl and curl for the local
-# control plane's certificates and health checks (scripts/cluster.sh).
+# Chromium with chromedriver for the dashboard's browser tests, openssl and curl for the local
+# cluster's certificates and health checks, and the parts of its node that Debian packages
+# (scripts/cluster.sh): runc, the CNI plugins, iptables and conntrack for kube-proxy, the registry the
+# node pulls from, and skopeo, which pushes the images scripts/image.sh builds.
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
 command -v curl >/dev/null || missing+=(curl)
@@ -29,6 +31,14 @@ command -v npm >/dev/null || missing+=(npm)
 # Headless Chromium and its WebDriver for the dashboard's browser tests.
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ -x /usr/sbin/runc ] || missing+=(runc)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+[ -x /usr/sbin/iptables ] || missing+=(iptables)
+[ -x /usr/sbin/conntrack ] || missing+=(conntrack)
+[ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+[ -x /usr/bin/skopeo ] || missing+=(skopeo)
+command -v nsenter >/dev/null || missing+=(util-linux)
+command -v objcopy >/dev/null || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -36,10 +46,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   # start their own server with a throwaway config.
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "setup: clickhouse-server $(dpkg-query -W -f='${Version}' clickhouse-server 2>/dev/null || echo '?'), chromium $(dpkg-query -W -f='${Version}' chromium 2>/dev/null || echo '?') ready"
+version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo '?'; }
+echo "setup: clickhouse-server $(version clickhouse-server), chromium $(version chromium), runc $(version runc), docker-registry $(version docker-registry) ready"
 
-# Go builds the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from the
-# modules pinned in tests/cluster/go.mod; machines of this kind come with Go (Debian's is too old).
+# Go builds the local cluster (the control plane and the node's kubelet, kube-proxy, containerd, CoreDNS)
+# from the modules pinned in tests/cluster/go.mod and tests/node/go.mod; machines of this kind come with
+# Go (Debian's is too old).
 go_wanted=$(sed -n 's/^go \([0-9.]*\)$/\1/p' tests/cluster/go.mod)
 if ! command -v go >/dev/null; then
   echo "setup: Go >= $go_wanted is needed to build the local control plane (scripts/cluster.sh) and is not installed" >&2

@@ -21,7 +21,8 @@ use crate::control_plane::{
     ControlPlane, client_from, control_plane, fresh_namespace, service_account_kubeconfig,
 };
 
-/// An image no registry serves: the stand-in kubelet leaves its pods waiting with `ErrImagePull`.
+/// An image no registry serves: the kubelet leaves its pods waiting (`ErrImagePull`, then
+/// `ImagePullBackOff`): the name does not resolve.
 pub const IDLE_IMAGE: &str = "registry.invalid/sentry-tenants:idle";
 
 /// The cluster, an admin client, a namespace of the test's own, and the test's turn on the cluster.
@@ -73,17 +74,53 @@ async fn setup_in_turn(prefix: &str, turn: Turn) -> Setup {
     }
 }
 
+/// A test that passed stops the operator pods it installed: the node's CPU is real, and each pod's
+/// request holds a share of it until the pod is gone. The namespace and everything else in it stay (a
+/// deleted namespace takes the RoleBindings before the pods, and the audit check would see a pod still
+/// acting on its way out); a failed test leaves its pods running for inspection.
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "cluster tier: namespace {} kept as it was for inspection",
+                self.ns
+            );
+            return;
+        }
+        let (ok, _, err) = self.plane.kubectl(
+            &[
+                "delete",
+                "deployments",
+                "--all",
+                "-n",
+                &self.ns,
+                "--wait=false",
+            ],
+            None,
+        );
+        assert!(ok, "stopping the operator pods of {}: {err}", self.ns);
+    }
+}
+
 impl Setup {
     /// A second namespace of the test's own, in the same turn (a second install, say).
     pub async fn another_namespace(&self, prefix: &str) -> Setup {
         setup_in_turn(prefix, Turn::Within).await
     }
 
-    pub fn values(&self) -> Values {
-        crate::install_values(&self.ns)
+    /// The operator's settings for this namespace, its Jobs running the cluster's image of it.
+    pub fn operator_config(&self) -> OperatorConfig {
+        OperatorConfig {
+            image: self.plane.image(),
+            ..OperatorConfig::for_namespace(&self.ns)
+        }
     }
 
-    /// [`Self::values`] with an image the stand-in kubelet cannot pull.
+    pub fn values(&self) -> Values {
+        self.plane.install_values(&self.ns)
+    }
+
+    /// [`Self::values`] with an image the kubelet cannot pull.
     pub fn idle_values(&self) -> Values {
         Values {
             image: IDLE_IMAGE.to_owned(),
@@ -106,7 +143,7 @@ impl Setup {
         crate::processes::Owned::spawn(
             std::process::Command::new(&binary)
                 .args(["run", "--namespace", &self.ns])
-                .args(["--image", sentry_tenants::DEFAULT_IMAGE])
+                .args(["--image", &self.plane.image()])
                 .args(["--clickhouse-url", clickhouse_url, "--identity", identity])
                 .args(["--probe-addr", "127.0.0.1:0"])
                 .args(["--dashboard-addr", "127.0.0.1:0"])
@@ -133,7 +170,7 @@ impl Setup {
     }
 
     /// `install` as a user would run it: the ClickHouse admin Secret first, then install, waiting
-    /// for the operator's rollout (its pods run by the stand-in kubelet).
+    /// for the operator's rollout (its pods run on the cluster's node).
     pub async fn install_with_clickhouse(&self, url: &str, admin: (&str, &str)) {
         self.install_replicas(url, admin, 1).await;
     }
@@ -307,7 +344,7 @@ pub async fn operator_context(setup: &Setup) -> Arc<Context> {
     let (_, leader) = watch::channel(true);
     Arc::new(Context::new(
         client,
-        OperatorConfig::for_namespace(&setup.ns),
+        setup.operator_config(),
         stores,
         Arc::new(Metrics::default()),
         Clock::System,
@@ -336,7 +373,7 @@ impl Operator {
         let (leader, leader_rx) = watch::channel(leading);
         let ctx = Arc::new(Context::new(
             client,
-            OperatorConfig::for_namespace(&setup.ns),
+            setup.operator_config(),
             stores,
             Arc::new(Metrics::default()),
             Clock::System,

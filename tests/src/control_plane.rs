@@ -119,8 +119,8 @@ impl ControlPlane {
         );
     }
 
-    /// This checkout's `sentry-tenants` (dev profile), the binary the stand-in kubelet runs for our
-    /// image; `scripts/cluster.sh up` builds it.
+    /// This checkout's `sentry-tenants` (dev profile), the binary in the cluster's image of the operator
+    /// (`scripts/image.sh`) and the one tests run on this host; `scripts/cluster.sh up` builds it.
     pub fn project_binary(&self) -> PathBuf {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
@@ -227,10 +227,20 @@ pub async fn wait_gone<K>(api: &Api<K>, name: &str)
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    wait_until(&format!("{name} to be gone"), async || {
-        api.get_opt(name).await.ok()?.is_none().then_some(())
-    })
-    .await;
+    let started = Instant::now();
+    loop {
+        let last = match api.get_opt(name).await {
+            Ok(None) => return,
+            Ok(Some(obj)) => format!("{obj:#?}"),
+            Err(e) => e.to_string(),
+        };
+        // What kept it is in the object (its finalizers, its status): shown, not just the timeout.
+        assert!(
+            started.elapsed() < PATIENCE,
+            "still waiting after {PATIENCE:?} for {name} to be gone; last seen:\n{last}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Polls `f` until it returns something; panics only after [`PATIENCE`].
@@ -436,15 +446,86 @@ impl ControlPlane {
     }
 }
 
+/// Which document of the image [`ControlPlane::image_document`] reads.
+pub enum ImageDocument<'a> {
+    Manifest,
+    Blob(&'a str),
+}
+
 impl ControlPlane {
-    /// The pod network's gateway (the bridge's address): where pods reach servers the tests start.
-    pub fn gateway(&self) -> String {
+    /// This host's address as the pods reach it (the host's end of the node's link, `scripts/cluster.sh`):
+    /// where servers the tests start listen for the pods.
+    pub fn host_address(&self) -> String {
         let x = std::fs::read_to_string(self.dir.join("subnet")).unwrap_or_else(|e| {
             panic!(
                 "{}/subnet: {e} (is this cluster started by scripts/cluster.sh?)",
                 self.dir.display()
             )
         });
-        format!("10.244.{}.1", x.trim())
+        format!("10.245.{}.1", x.trim())
+    }
+
+    /// The operator image of this checkout in the cluster's registry, by digest (`scripts/image.sh`,
+    /// which `scripts/cluster.sh up` runs; run it again after rebuilding the binary).
+    pub fn image(&self) -> String {
+        let path = self.dir.join("image");
+        let image = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/cluster.sh up pushes the image; so does scripts/image.sh)",
+                path.display()
+            )
+        });
+        image.trim().to_owned()
+    }
+
+    /// The operator image under another repository name with another entrypoint, pushed to the
+    /// cluster's registry by `scripts/image.sh`; the reference by digest.
+    pub fn push_image_variant(&self, name: &str, entrypoint: &str) -> String {
+        let out = Command::new("bash")
+            .arg(workspace_root().join("scripts/image.sh"))
+            .env("SENTRY_TENANTS_CLUSTER_DIR", &self.dir)
+            .env("SENTRY_TENANTS_IMAGE_NAME", name)
+            .env("SENTRY_TENANTS_IMAGE_ENTRYPOINT", entrypoint)
+            .output()
+            .expect("run scripts/image.sh");
+        assert!(
+            out.status.success(),
+            "scripts/image.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .last()
+            .expect("the image reference")
+            .to_owned()
+    }
+
+    /// A JSON document of the cluster's image of the operator, from the registry: `manifest` (the
+    /// image's manifest) or the blob of `digest` (its config, say).
+    pub async fn image_document(&self, what: ImageDocument<'_>) -> Value {
+        let image = self.image();
+        let (registry, rest) = image.split_once('/').expect("registry/repository@digest");
+        let (repository, digest) = rest.split_once('@').expect("an image by digest");
+        let path = match what {
+            ImageDocument::Manifest => format!("/v2/{repository}/manifests/{digest}"),
+            ImageDocument::Blob(blob) => format!("/v2/{repository}/blobs/{blob}"),
+        };
+        // The registry serves an OCI manifest only to a client that says it reads one.
+        let accept = ("Accept", "application/vnd.oci.image.manifest.v1+json");
+        let body = crate::http_get_with(registry, &path, &[accept])
+            .await
+            .unwrap_or_else(|e| panic!("{registry}{path}: {e}"));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// [`crate::install_values`] with this cluster's image of the operator.
+    pub fn install_values(&self, namespace: &str) -> sentry_tenants::install::Values {
+        sentry_tenants::install::Values {
+            image: self.image(),
+            ..crate::install_values(namespace)
+        }
+        .validate()
+        .expect("valid values")
     }
 }

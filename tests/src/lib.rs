@@ -31,7 +31,7 @@ pub mod clickhouse_stand_in;
 pub mod cluster_tier;
 pub mod control_plane;
 pub mod fleet;
-pub mod kubelet;
+pub mod node;
 pub mod processes;
 pub mod rehearsal;
 pub mod tls;
@@ -59,6 +59,52 @@ pub fn tenant_idents(tenant: &str) -> sentry_tenants::provision::sql::TenantIden
 }
 
 /// A TCP port nothing listens on right now.
+/// A plain HTTP/1.1 GET of `path` from `addr` (`host:port`), each step bounded; the body if the
+/// answer is 200, else the status line or the error.
+pub async fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    http_get_with(addr, path, &[]).await
+}
+
+/// [`http_get`] with extra request headers.
+pub async fn http_get_with(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| "connect timed out".to_owned())?
+    .map_err(|e| e.to_string())?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_string(&mut answer),
+    )
+    .await
+    .map_err(|_| "read timed out".to_owned())?
+    .map_err(|e| e.to_string())?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no header end")?;
+    if head.starts_with("HTTP/1.1 200") {
+        Ok(body.to_owned())
+    } else {
+        Err(head.lines().next().unwrap_or_default().to_owned())
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -406,19 +452,20 @@ fn timeout_body() -> Value {
     )
 }
 
-/// The first ```` ```lang ```` block of the README section whose heading starts with `heading` (a `## `
-/// line): the tests that keep the README's examples true read them from the README itself.
-pub fn readme_block(heading: &str, lang: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md is readable");
-    let section = readme
+/// The first ```` ```lang ```` block of the section of `doc` (a path from the repository's root, e.g.
+/// `docs/install.md`) whose heading starts with `heading` (a `## ` line): the tests that keep the docs'
+/// examples true read them from the docs themselves.
+pub fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
+    let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{doc}: {e}"));
+    let section = text
         .split("\n## ")
         .find(|s| s.starts_with(heading))
-        .unwrap_or_else(|| panic!("README.md has no section starting {heading:?}"));
+        .unwrap_or_else(|| panic!("{doc} has no section starting {heading:?}"));
     let fence = format!("```{lang}\n");
     let start = section
         .find(&fence)
-        .unwrap_or_else(|| panic!("README section {heading:?} has no {lang} block"))
+        .unwrap_or_else(|| panic!("{doc}, section {heading:?}, has no {lang} block"))
         + fence.len();
     let end = start + section[start..].find("```").expect("the block is closed");
     section[start..end].to_owned()
@@ -1136,6 +1183,7 @@ impl Cluster {
             ),
             rotate,
             cluster: None,
+            clock: self.clock.clone(),
         }
     }
 
@@ -1215,6 +1263,20 @@ pub mod clickhouse_seam {
                 version: version.to_owned(),
                 state: Arc::default(),
             }
+        }
+        /// A query `user` is running now, until a `KILL QUERY` ends it.
+        pub fn start_query(&self, user: &str, id: &str) {
+            let mut state = self.state.lock().unwrap();
+            state.model.running.push((user.to_owned(), id.to_owned()));
+        }
+        /// The queries running now, as (user, id).
+        pub fn running(&self) -> Vec<(String, String)> {
+            self.state.lock().unwrap().model.running.clone()
+        }
+        /// Judges `VALID UNTIL` by `clock` (the in-memory cluster's) instead of this machine's.
+        pub fn with_clock(self, clock: &sentry_tenants::clock::Clock) -> Self {
+            self.state.lock().unwrap().model.clock = Some(clock.clone());
+            self
         }
         pub fn statements(&self) -> Vec<String> {
             self.state.lock().unwrap().model.statements.clone()

@@ -1,5 +1,5 @@
-//! A TLS listener for the test servers (the stand-in kubelet's log endpoint, the HTTPS ClickHouse
-//! endpoint of the CA-bundle test) and the certificates they present, made with openssl.
+//! A TLS listener for the test servers (the HTTPS ClickHouse endpoint of the CA-bundle test) and
+//! the certificates they present, made with openssl.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
-//! The dashboard in Chromium against the real control plane: the installed operator (its pod run by the
-//! stand-in kubelet) reconciles and provisions against the ClickHouse stand-in; a second replica, in
-//! this process as the operator's ServiceAccount, follows the cluster on real watches and serves the
-//! dashboard the browser drives. Every change the page shows arrived through a watch.
+//! The dashboard in Chromium on a real cluster, reached the way a user reaches it: `sentry-tenants
+//! dashboard` port-forwards through the apiserver and the node's kubelet to the installed operator's
+//! pod, which serves the page, reconciles, and provisions against the ClickHouse stand-in in real
+//! containers. Every change the page shows arrived through the pod's watches.
 
 use kube::api::Api;
 use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
@@ -9,21 +9,35 @@ use sentry_tenants_tests::browser::{
     Driver, eventually, one_browser_at_a_time, screenshot, text, wait_live,
 };
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
-use sentry_tenants_tests::cluster_tier::{Operator, provision_run, setup};
+use sentry_tenants_tests::cluster_tier::{Setup, provision_run, setup};
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
+use sentry_tenants_tests::processes::Owned;
 
 use super::{
     attr, click, exists, fill, same_page, shown_active_live, submit_new_tenant, suspend_confirmed,
 };
 
-/// Serves `router` on a loopback port, as `run` serves the dashboard; returns its base URL.
-async fn serve(router: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(async move {
-        axum::serve(listener, router).await.unwrap();
-    });
-    (url, task)
+/// `sentry-tenants dashboard --no-browser` as the admin: a port-forward to the operator's pod on a
+/// local port; returns the process and the dashboard's base URL once the page answers through it.
+async fn port_forwarded_dashboard(s: &Setup) -> (Owned, String) {
+    let port = sentry_tenants_tests::free_port();
+    let process = Owned::spawn(
+        std::process::Command::new(s.plane.project_binary())
+            .args(["dashboard", "-n", &s.ns, "--no-browser"])
+            .args(["--port", &port.to_string()])
+            .env("KUBECONFIG", &s.plane.kubeconfig)
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit()),
+    )
+    .expect("start sentry-tenants dashboard");
+    let url = format!("http://127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{port}");
+    wait_until("the dashboard through the port-forward", async || {
+        sentry_tenants_tests::http_get(&addr, "/").await.ok()
+    })
+    .await;
+    (process, url)
 }
 
 /// The value beside `term` in the tenant page's facts list, or "" while there is none.
@@ -43,12 +57,11 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
     let _turn = one_browser_at_a_time();
     sentry_tenants_tests::block_on(async {
         let s = setup("browser").await;
-        let ch =
-            ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+        let ch = ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password")
+            .await;
         s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
             .await;
-        let replica = Operator::start_leading(&s, false).await;
-        let (url, server) = serve(replica.dashboard()).await;
+        let (forward, url) = port_forwarded_dashboard(&s).await;
         let at = |path: &str| format!("{url}{path}");
         let driver = Driver::start();
         let b = driver.session(true).await;
@@ -161,8 +174,7 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
             "Retain locked it"
         );
         b.close().await.unwrap();
-        server.abort();
-        replica.stop().await;
+        drop(forward);
         s.assert_no_forbidden();
     })
 }

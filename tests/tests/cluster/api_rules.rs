@@ -2,7 +2,7 @@
 //! refuse bad names and changes to a run's tenant or action, and `kubectl get` shows our columns.
 
 use sentry_tenants_tests::control_plane::wait_until;
-use sentry_tenants_tests::readme_block;
+use sentry_tenants_tests::doc_block;
 
 use crate::setup;
 
@@ -61,20 +61,22 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
     );
 }
 
-/// The README's quick-start YAML is what the apiserver admits, field for field: applied with strict field
-/// validation, where a field the CRDs do not have is refused (the misspelt copy shows it would be).
+/// The quick start's YAML (the install guide) and the README's tenant are what the apiserver admits,
+/// field for field: applied with strict field validation, where a field the CRDs do not have is refused
+/// (the misspelt copy shows it would be).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_quick_start_yaml_is_admitted_under_strict_field_validation() {
-    let s = setup("readme").await;
+async fn the_docs_yaml_is_admitted_under_strict_field_validation() {
+    let s = setup("docs-yaml").await;
     s.install_idle().await;
-    let yaml = readme_block("Quick start", "yaml")
-        .replace("namespace: sentry-tenants", &format!("namespace: {}", s.ns));
+    let in_ns =
+        |yaml: String| yaml.replace("namespace: sentry-tenants", &format!("namespace: {}", s.ns));
     let apply = |yaml: &str| {
         s.plane
             .kubectl(&["apply", "--validate=strict", "-f", "-"], Some(yaml))
     };
 
-    let (ok, out, err) = apply(&yaml);
+    let quick_start = in_ns(doc_block("docs/install.md", "Quick start", "yaml"));
+    let (ok, out, err) = apply(&quick_start);
     assert!(ok, "{err}");
     for created in [
         "tenant.sentry.io/acme-corp created",
@@ -83,14 +85,24 @@ async fn the_readme_quick_start_yaml_is_admitted_under_strict_field_validation()
     ] {
         assert!(out.contains(created), "{created}: {out}");
     }
-
-    let misspelt = yaml.replace("  suspended:", "  suspend:");
-    assert_ne!(misspelt, yaml, "the example sets spec.suspended");
-    let (ok, _, err) = apply(&misspelt);
+    // The README's tenant is the quick start's acme-corp, shorter: applied over it, the apiserver takes it.
+    let readme = in_ns(doc_block("README.md", "In sixty seconds", "yaml"));
+    let (ok, out, err) = apply(&readme);
+    assert!(ok, "{err}");
     assert!(
-        !ok && err.contains(r#"unknown field "spec.suspend""#),
-        "{err}"
+        out.contains("tenant.sentry.io/acme-corp configured"),
+        "{out}"
     );
+
+    for yaml in [&quick_start, &readme] {
+        let misspelt = yaml.replace("  suspended:", "  suspend:");
+        assert_ne!(&misspelt, yaml, "the example sets spec.suspended");
+        let (ok, _, err) = apply(&misspelt);
+        assert!(
+            !ok && err.contains(r#"unknown field "spec.suspend""#),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,7 +153,8 @@ async fn settled(s: &Setup, tenants: &Api<Tenant>) {
 async fn many_tenants_at_once_lose_no_history_revert_no_lock_and_run_each_job_once() {
     let started = Instant::now();
     let s = setup("drill").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);

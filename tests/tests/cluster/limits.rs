@@ -40,7 +40,7 @@ async fn synced(tenants: &Api<Tenant>) -> Tenant {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_are_applied_at_provision_changed_in_place_by_one_run_and_dropped_on_delete() {
     let s = setup("limits").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
 

@@ -14,6 +14,7 @@ mod install;
 mod leader;
 mod limits;
 mod local_dashboard;
+mod node;
 mod operator;
 mod ownership;
 mod provision;

@@ -1,5 +1,5 @@
 //! Two installs sharing one ClickHouse server, each with a Tenant `acme` (reclaimPolicy Delete), on the
-//! real control plane: each operator and its provisioning Jobs as the stand-in kubelet runs them. The
+//! real control plane: each operator and its provisioning Jobs as the node runs them in containers. The
 //! ClickHouse names of `acme` are the same for both, so the owner marks alone keep the second install
 //! off the first's user and database.
 
@@ -19,7 +19,7 @@ const ACME_DELETE: &str = "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadat
 async fn a_second_install_never_touches_the_first_installs_tenant_of_the_same_name() {
     let first = setup("owner-first").await;
     let second = first.another_namespace("owner-second").await;
-    let ch = ClickHouseStandIn::start(&first.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    let ch = ClickHouseStandIn::start(&first.plane.host_address(), ADMIN.0, ADMIN.1).await;
     first.install_with_clickhouse(&ch.url, ADMIN).await;
     second.install_with_clickhouse(&ch.url, ADMIN).await;
 

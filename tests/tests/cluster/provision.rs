@@ -1,5 +1,5 @@
 //! Provisioning end to end: `kubectl apply` a Tenant and a Provision run; the real Job controller makes
-//! the pod, Pod Security admits it, the stand-in kubelet runs `provision-tenant` as the provisioner's
+//! the pod, Pod Security admits it, the node runs `provision-tenant` in a container as the provisioner's
 //! ServiceAccount, and ClickHouse answers — the HTTP stand-in as a current server, or Debian's 18.16
 //! as the old server it is.
 
@@ -48,7 +48,7 @@ pub async fn password(s: &Setup, tenant: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_is_cleaned_up() {
     let s = setup("provision").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN_USER, ADMIN_PASS).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN_USER, ADMIN_PASS).await;
     s.install_with_clickhouse(&ch.url, (ADMIN_USER, ADMIN_PASS))
         .await;
     s.apply(&tenant("acme", false));
@@ -118,7 +118,7 @@ async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_applied_with_kubectl_becomes_active_with_no_click() {
     let s = setup("provision-auto").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN_USER, ADMIN_PASS).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN_USER, ADMIN_PASS).await;
     s.install_with_clickhouse(&ch.url, (ADMIN_USER, ADMIN_PASS))
         .await;
     s.apply("apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  displayName: Acme\n");
@@ -161,7 +161,7 @@ async fn a_tenant_applied_with_kubectl_becomes_active_with_no_click() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too_old() {
     let s = setup("provision-old").await;
-    let gateway = s.plane.gateway();
+    let gateway = s.plane.host_address();
     let server = tokio::task::spawn_blocking(move || ClickHouseServer::start_on(&gateway))
         .await
         .unwrap();

@@ -42,7 +42,8 @@ fn the_roles_grant_exactly_what_a_whole_lifecycle_asks_for() {
 
 async fn lifecycle_then_compare() {
     let s = setup("rbac").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     // The dashboard of a second replica, as the operator's ServiceAccount (the installed one leads).

@@ -52,7 +52,7 @@ async fn deprovision_runs(s: &Setup, tenant: &str) -> Vec<RunJob> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retain_keeps_a_locked_user_database_and_secret_and_a_new_tenant_adopts_them() {
     let s = setup("reclaim-retain").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     s.apply(&automatic_tenant("acme", "Retain"));
     let first = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
@@ -100,7 +100,7 @@ async fn retain_keeps_a_locked_user_database_and_secret_and_a_new_tenant_adopts_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_drops_user_and_database_and_deletes_the_secret_even_in_foreground() {
     let s = setup("reclaim-delete").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     s.apply(&automatic_tenant("globex", "Delete"));
     tenant_in_phase(&s, "globex", TenantPhase::Active).await;

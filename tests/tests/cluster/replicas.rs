@@ -50,7 +50,8 @@ async fn running(runs: &Api<RunJob>, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader_left() {
     let s = setup("replicas").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_replicas(&ch.url, ("ch-admin", "ch-admin-password"), 2)
         .await;
     let pods = ready_operator_pods(&s, 2).await;
@@ -98,7 +99,8 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_what_a_killed_leader
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job() {
     let s = setup("restart").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     let operator = ready_operator_pods(&s, 1).await.remove(0);
@@ -141,7 +143,8 @@ async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recover() {
     let s = setup_alone("apiserver-restart").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     ready_operator_pods(&s, 1).await;

@@ -57,7 +57,8 @@ async fn finished(s: &Setup) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_process_restarted_after_every_step_of_a_run_makes_one_job_and_loses_nothing() {
     let s = setup("restart-drill").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     // The bundle (CRDs, RBAC, ServiceAccounts) with an operator Deployment whose image nobody can pull:
     // the only operator is the process this test starts.
     s.install_idle().await;

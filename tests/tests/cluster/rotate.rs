@@ -1,5 +1,5 @@
 //! Rotation on the real control plane: a Rotate RunJob applied with kubectl, run by a real Job whose
-//! pod the stand-in kubelet runs, against the ClickHouse HTTP stand-in answering as a current server
+//! pod the node runs, against the ClickHouse HTTP stand-in answering as a current server
 //! (several passwords per user): during the grace period old and new password both log in, after it
 //! only the new one.
 
@@ -17,7 +17,7 @@ const USER: &str = "tenant_acme_user";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotate_run_keeps_the_old_password_for_the_grace_period_then_only_the_new() {
     let s = setup("rotate").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), ADMIN.0, ADMIN.1).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     s.apply(
         "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  rotationGracePeriod: 30s\n",

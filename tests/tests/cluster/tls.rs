@@ -28,7 +28,7 @@ fn config_map(name: &str, pem: &str) -> ConfigMap {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provisioning_jobs_verify_https_clickhouse_against_the_installed_ca_bundle() {
     let s = setup("tls").await;
-    let gateway = s.plane.gateway();
+    let gateway = s.plane.host_address();
     let dir = std::env::temp_dir().join(format!("sentry-tenants-tls-{}", s.ns));
     std::fs::create_dir_all(&dir).unwrap();
     make_ca(&dir, "corp-ca");

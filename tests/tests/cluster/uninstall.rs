@@ -66,7 +66,7 @@ async fn uninstall_leaves_another_installs_runjobs_and_a_namespace_it_did_not_cr
 async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant() {
     let s = setup("uninstall-own").await;
     let target = format!("{}-own", s.ns);
-    let values = sentry_tenants_tests::install_values(&target);
+    let values = s.plane.install_values(&target);
     let opts = InstallOptions {
         wait: false,
         ..InstallOptions::default()
@@ -115,7 +115,8 @@ async fn uninstall_deletes_the_namespace_install_created_once_it_holds_no_tenant
 async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer() {
     use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
     let s = setup("uninstall-running").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     s.apply(&crate::provision::tenant("acme", false));
@@ -143,14 +144,24 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
             format!("Tenant {}/acme", s.ns)
         ]
     );
-    // Had an operator survived, it would have put the finalizer back by now (it watches RunJobs).
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let audited_before = s.plane.audit_events().len();
     let run = runs.get("acme-provision-1").await.unwrap();
     assert!(run.finalizers().is_empty(), "{:?}", run.finalizers());
     runs.delete("acme-provision-1", &Default::default())
         .await
         .unwrap();
     wait_gone(&runs, "acme-provision-1").await;
+    // No operator was left to put the finalizer back: its account wrote no RunJob once uninstall had
+    // returned (the audit log records every request, in order).
+    let operator = format!("system:serviceaccount:{}:sentry-tenants", s.ns);
+    let late_writes: Vec<String> = s.plane.audit_events()[audited_before..]
+        .iter()
+        .filter(|e| e["user"]["username"] == operator.as_str())
+        .filter(|e| e["objectRef"]["resource"] == "runjobs")
+        .filter(|e| e["verb"] != "get" && e["verb"] != "list" && e["verb"] != "watch")
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(late_writes.is_empty(), "{late_writes:?}");
     // The tenant too: deleting it with no operator left goes through (nothing reclaims it).
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     assert!(tenants.get("acme").await.unwrap().finalizers().is_empty());

@@ -113,12 +113,31 @@ fn overlong_or_control_character_display_names_are_rejected() {
 }
 
 #[test]
-fn runjob_action_must_be_one_of_the_three() {
-    let errs = errors::<RunJob>(
-        &run("acme-x-1", json!({"tenant": "acme", "action": "Delete"})),
-        None,
-    );
-    assert!(errs.iter().any(|e| e.contains("/spec/action")), "{errs:?}");
+fn runjob_action_is_one_of_the_six_exactly() {
+    let errors_for = |action: &str| {
+        errors::<RunJob>(
+            &run("acme-x-1", json!({"tenant": "acme", "action": action})),
+            None,
+        )
+    };
+    for action in [
+        "Provision",
+        "Suspend",
+        "Resume",
+        "Rotate",
+        "SetLimits",
+        "Deprovision",
+    ] {
+        let errs = errors_for(action);
+        assert!(errs.is_empty(), "{action} refused: {errs:?}");
+    }
+    for action in ["Delete", "provision", "PROVISION", "Provision ", ""] {
+        let errs = errors_for(action);
+        assert!(
+            errs.iter().any(|e| e.contains("/spec/action")),
+            "{action:?} admitted: {errs:?}"
+        );
+    }
     let errs = errors::<RunJob>(&run("acme-x-1", json!({"tenant": "acme"})), None);
     assert!(
         errs.iter().any(|e| e.contains("action")),

@@ -379,7 +379,9 @@ async fn suspend_locks_and_resume_unlocks_idempotently() {
         ch.ddl(),
         [
             "ALTER USER `tenant_acme_user` HOST NONE",
-            "ALTER USER `tenant_acme_user` HOST NONE"
+            "KILL QUERY WHERE user = 'tenant_acme_user' ASYNC",
+            "ALTER USER `tenant_acme_user` HOST NONE",
+            "KILL QUERY WHERE user = 'tenant_acme_user' ASYNC"
         ]
     );
     assert_eq!(
@@ -395,6 +397,44 @@ async fn suspend_locks_and_resume_unlocks_idempotently() {
     assert_eq!(
         c.tenant("acme").await.status.unwrap().access_locked,
         Some(false)
+    );
+}
+
+/// A lock stops new logins; the queries the tenant is running are ended too, after the lock (so none
+/// can start in between), and the run says how many: no one else's.
+#[tokio::test]
+async fn suspend_ends_the_tenants_running_queries_and_says_how_many() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    ch.start_query("tenant_acme_user", "q1");
+    ch.start_query("tenant_acme_user", "q2");
+    ch.start_query("tenant_globex_user", "q3");
+    ch.clear();
+
+    c.set_suspended("acme", true).await;
+    let outcome = p.run(&acme(), RunAction::Suspend).await.unwrap();
+    assert_eq!(
+        ch.ddl(),
+        [
+            "ALTER USER `tenant_acme_user` HOST NONE",
+            "KILL QUERY WHERE user = 'tenant_acme_user' ASYNC"
+        ]
+    );
+    assert_eq!(
+        ch.running(),
+        [("tenant_globex_user".to_owned(), "q3".to_owned())]
+    );
+    assert_eq!(
+        outcome.describe(),
+        "ClickHouse logins locked; 2 running queries of the tenant asked to stop"
+    );
+    let again = p.run(&acme(), RunAction::Suspend).await.unwrap();
+    assert_eq!(
+        again.describe(),
+        "ClickHouse logins locked; no query of the tenant was running"
     );
 }
 
@@ -594,6 +634,7 @@ async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisi
         sync,
         rotate: false,
         cluster: None,
+        clock: c.clock.clone(),
     };
     p.run(&tenant, action).await.unwrap();
     c.job_succeeded("acme-provision-1").await;
@@ -693,7 +734,7 @@ async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() 
         .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let ch = RecordingClickHouse::new("25.3.2.39");
+    let ch = RecordingClickHouse::new("25.3.2.39").with_clock(&c.clock);
     let p = provisioner(&c, &ch, false);
     p.run(&acme(), RunAction::Provision).await.unwrap();
     let old = password(&c).await.unwrap();
@@ -730,8 +771,13 @@ async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() 
     assert!(!data.contains_key("pendingPassword"), "{:?}", data.keys());
     let uri = String::from_utf8(data["uri"].0.clone()).unwrap();
     assert!(uri.contains(&new), "the uri carries the new password");
-    // Past the grace (2 s, whole seconds): only the new one.
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // A second before the grace ends (2 s): still both. Past it: only the new one.
+    c.clock.advance(SignedDuration::from_secs(1));
+    assert!(
+        ch.may_log_in(USER, &old),
+        "the old password within the grace"
+    );
+    c.clock.advance(SignedDuration::from_secs(2));
     assert!(
         !ch.may_log_in(USER, &old),
         "the old password after the grace"
@@ -765,7 +811,7 @@ async fn rotate_on_an_older_server_is_a_single_switch_and_says_so() {
 async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_password() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new("25.3.2.39");
+    let ch = RecordingClickHouse::new("25.3.2.39").with_clock(&c.clock);
     let p = provisioner(&c, &ch, false);
     p.run(&acme(), RunAction::Provision).await.unwrap();
     let old = password(&c).await.unwrap();

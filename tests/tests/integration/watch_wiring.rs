@@ -246,7 +246,11 @@ async fn a_job_status_event_re_reconciles_the_runjob_that_controls_it() {
     let op = start().await;
     let (seen, jobs) = (&op.seen, &op.jobs);
     let succeeded = |p: &Value| p["status"]["phase"] == "Succeeded";
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The run's first reconcile is done (it recorded the run's start), and it saw nothing finished.
+    eventually("the run's first status", || {
+        !seen.status_patches("runjobs").is_empty()
+    })
+    .await;
     assert!(
         !seen.status_patches("runjobs").iter().any(succeeded),
         "nothing finished yet"

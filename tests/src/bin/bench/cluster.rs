@@ -1,6 +1,6 @@
 //! The real control plane (`scripts/cluster.sh`, started for the bench in its own state directory by
-//! `scripts/bench.sh`): the operator installed and running as a pod of the stand-in kubelet (the
-//! release binary), provisioning against the ClickHouse HTTP stand-in. Tenants are applied with
+//! `scripts/bench.sh`): the operator installed from its image (the release binary, `scripts/image.sh`)
+//! and running on the cluster's real node, provisioning against the ClickHouse HTTP stand-in. Tenants are applied with
 //! `kubectl apply` in waves; each one's time to Active is read from a watch, and the operator's and
 //! provisioner's requests are counted from the apiserver's audit log, beside the in-memory tier's
 //! count for the same flow.
@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use sentry_tenants::crd::{RunJob, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
-use sentry_tenants_tests::cluster_tier::{setup, tenants_with_provision_runs};
+use sentry_tenants_tests::cluster_tier::{Setup, setup, tenants_with_provision_runs};
 use sentry_tenants_tests::control_plane::wait_until;
 use sentry_tenants_tests::fleet::{Fleet, is_counted_write, tenant_names};
 use serde_json::Value;
@@ -52,6 +52,94 @@ fn watch_active(
         }
     });
     (active, task)
+}
+
+/// Applies `names` `WAVE` at a time (`yaml` of each wave) and waits for each wave to be in `seen` (which
+/// a watch fills); the seconds from apply to seen for each name, sorted.
+async fn apply_in_waves(
+    s: &Setup,
+    names: &[String],
+    seen: &Mutex<BTreeMap<String, Instant>>,
+    what: &str,
+    yaml: impl Fn(&[String]) -> String,
+) -> Vec<f64> {
+    let mut applied = BTreeMap::new();
+    for wave in names.chunks(WAVE) {
+        let at = Instant::now();
+        s.apply(&yaml(wave));
+        for name in wave {
+            applied.insert(name.clone(), at);
+        }
+        wait_until(what, async || {
+            let seen = seen.lock().unwrap();
+            wave.iter().all(|n| seen.contains_key(n)).then_some(())
+        })
+        .await;
+    }
+    let seen = seen.lock().unwrap();
+    let mut latencies: Vec<f64> = names
+        .iter()
+        .map(|n| seen[n].duration_since(applied[n]).as_secs_f64())
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    latencies
+}
+
+/// The floor beside the tenants' figure, on the same node in the same run: `n` bare Jobs of the same
+/// image running `sentry-tenants version --client`, applied `WAVE` at a time; seconds from apply to
+/// Complete (seen by a watch), sorted.
+async fn bare_job_latencies(s: &Setup, n: usize) -> Vec<f64> {
+    use k8s_openapi::api::batch::v1::Job;
+    let jobs: Api<Job> = Api::namespaced(s.admin.clone(), &s.ns);
+    let done = Arc::new(Mutex::new(BTreeMap::<String, Instant>::new()));
+    let into = Arc::clone(&done);
+    let config = watcher::Config::default().labels("bench=floor");
+    let watch = tokio::spawn(async move {
+        let mut events = watcher(jobs, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)) = event
+                && j.status.as_ref().and_then(|st| st.succeeded).unwrap_or(0) > 0
+            {
+                into.lock()
+                    .unwrap()
+                    .entry(j.name_any())
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+    let image = s.plane.image();
+    let names: Vec<String> = (0..n).map(|i| format!("floor-{i}")).collect();
+    let latencies = apply_in_waves(s, &names, &done, "the floor's wave Complete", |wave| {
+        wave.iter()
+            .map(|name| {
+                format!(
+                    "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: {name}, labels: {{bench: floor}}}}\n\
+                     spec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      \
+                     securityContext: {{runAsNonRoot: true, seccompProfile: {{type: RuntimeDefault}}}}\n      \
+                     containers:\n      - name: version\n        image: {image}\n        args: [version, --client]\n        \
+                     securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}\n"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("---\n")
+    })
+    .await;
+    watch.abort();
+    latencies
+}
+
+/// The compressed size of the operator image's layers, from its manifest in the cluster's registry.
+async fn image_size_bytes(s: &Setup) -> f64 {
+    let manifest = s
+        .plane
+        .image_document(sentry_tenants_tests::control_plane::ImageDocument::Manifest)
+        .await;
+    manifest["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| l["size"].as_f64().unwrap_or(0.0))
+        .sum()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -119,7 +207,8 @@ pub struct Sample {
 
 pub async fn measure() -> (Section, Sample) {
     let s = setup("bench").await;
-    let ch = ClickHouseStandIn::start(&s.plane.gateway(), "ch-admin", "ch-admin-password").await;
+    let ch =
+        ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -128,19 +217,10 @@ pub async fn measure() -> (Section, Sample) {
     let audit_before = s.plane.audit_events().len();
     let names = tenant_names(TENANTS);
     let started = Instant::now();
-    let mut applied: BTreeMap<String, Instant> = BTreeMap::new();
-    for wave in names.chunks(WAVE) {
-        let at = Instant::now();
-        s.apply(&tenants_with_provision_runs(wave, RUN_TTL_SECONDS));
-        for n in wave {
-            applied.insert(n.clone(), at);
-        }
-        wait_until("the wave Active", async || {
-            let seen = active.lock().unwrap();
-            wave.iter().all(|n| seen.contains_key(n)).then_some(())
-        })
-        .await;
-    }
+    let latencies = apply_in_waves(&s, &names, &active, "the wave Active", |wave| {
+        tenants_with_provision_runs(wave, RUN_TTL_SECONDS)
+    })
+    .await;
     let all_active = started.elapsed();
     // A finished run as the real apiserver returns it (managedFields and all), before its cleanup.
     let sample_run = runs
@@ -162,14 +242,6 @@ pub async fn measure() -> (Section, Sample) {
         tenant: tenants.get(&names[0]).await.ok(),
         run: sample_run,
     };
-    let mut latencies: Vec<f64> = {
-        let seen = active.lock().unwrap();
-        names
-            .iter()
-            .map(|n| seen[n].duration_since(applied[n]).as_secs_f64())
-            .collect()
-    };
-    latencies.sort_by(f64::total_cmp);
 
     let audit = s.plane.audit_events();
     let ours = [
@@ -205,6 +277,7 @@ pub async fn measure() -> (Section, Sample) {
         .filter(not_event)
         .copied()
         .collect();
+    let floor = bare_job_latencies(&s, TENANTS).await;
     let (in_memory, in_memory_breakdown) = in_memory_writes_per_tenant(TENANTS).await;
     let n = TENANTS as f64;
     let figures = vec![
@@ -213,6 +286,27 @@ pub async fn measure() -> (Section, Sample) {
         figure("kubectl apply → Active, p95", percentile(&latencies, 0.95), "s"),
         figure("kubectl apply → Active, max", percentile(&latencies, 1.0), "s"),
         figure("all tenants Active, wall time", all_active.as_secs_f64(), "s"),
+        figure(
+            "operator image, compressed layers",
+            image_size_bytes(&s).await / (1024.0 * 1024.0),
+            "MiB",
+        )
+        .note("scripts/image.sh of the release binary: the binary, the C libraries it links, CA bundle, passwd"),
+        figure("floor: bare Job apply → Complete, p50", percentile(&floor, 0.5), "s").note(format!(
+            "{TENANTS} Jobs of the same image on the same node in this run, running `sentry-tenants version \
+             --client`, {WAVE} at a time: what scheduling, the Job controller and a container start cost alone"
+        )),
+        figure("floor: bare Job apply → Complete, p95", percentile(&floor, 0.95), "s"),
+        figure(
+            "apply → Active against the floor, p50 (goal ≤ 1.5)",
+            percentile(&latencies, 0.5) / percentile(&floor, 0.5),
+            "×",
+        ),
+        figure(
+            "apply → Active against the floor, p95",
+            percentile(&latencies, 0.95) / percentile(&floor, 0.95),
+            "×",
+        ),
         figure(
             "writes per provisioned tenant, real apiserver (audit log)",
             writes.len() as f64 / n,
@@ -243,10 +337,11 @@ pub async fn measure() -> (Section, Sample) {
         figures,
     )
     .remark(
-        "kube-apiserver, etcd and kube-controller-manager v1.36.3 on this machine (scripts/cluster.sh); the \
-         operator and each provisioning Job's pod run the release binary under the tests' stand-in kubelet; \
-         ClickHouse is the tests' HTTP stand-in (every statement parsed by chdb). Latency includes the real \
-         Job controller, pod start by the stand-in and the provisioner's own run.",
+        "kube-apiserver, etcd, kube-controller-manager, kube-scheduler v1.36.3 and a node (kubelet, \
+         containerd 2.4, runc, kube-proxy) on this machine (scripts/cluster.sh); the operator and each \
+         provisioning Job run the release binary's image in real containers; ClickHouse is the tests' HTTP \
+         stand-in (every statement parsed by chdb). Latency includes scheduling, the real Job controller, \
+         container start and the provisioner's own run.",
     );
     (section, sample)
 }
