@@ -37,6 +37,73 @@ pub enum NameError {
     DisplayNameTooLong { len: usize },
     #[error("display name must not contain control characters (newlines, tabs, escapes)")]
     DisplayNameControl,
+    #[error(
+        "ClickHouse prefix {prefix:?} is invalid: use 1 to {MAX_CLICKHOUSE_PREFIX} lowercase letters and digits, starting with a letter (no '_': it separates the prefix from the tenant's name)"
+    )]
+    Prefix { prefix: String },
+}
+
+/// Longest `--clickhouse-prefix`.
+pub const MAX_CLICKHOUSE_PREFIX: usize = 24;
+/// The prefix of every tenant of an install made before prefixes existed: `tenant_<name>`. Those
+/// tenants keep their names (the provisioner reads them back from the tenant's status or Secret); an
+/// install that wants new tenants named the same way passes `--clickhouse-prefix tenant`.
+pub const LEGACY_CLICKHOUSE_PREFIX: &str = "tenant";
+
+/// What the ClickHouse names of one install's tenants start with: database `<prefix>_<tenant>`, user
+/// `<prefix>_<tenant>_user`. It has no '_', so a name's prefix is everything before its first '_':
+/// installs with different prefixes never derive the same name, whatever their tenants are called.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClickHousePrefix(String);
+
+impl ClickHousePrefix {
+    pub fn parse(prefix: &str) -> Result<Self, NameError> {
+        let bytes = prefix.as_bytes();
+        let ok = !bytes.is_empty()
+            && bytes.len() <= MAX_CLICKHOUSE_PREFIX
+            && bytes[0].is_ascii_lowercase()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        match ok {
+            true => Ok(Self(prefix.to_owned())),
+            false => Err(NameError::Prefix {
+                prefix: prefix.to_owned(),
+            }),
+        }
+    }
+
+    /// The default of an install in `namespace`: `st` and the first 10 hex digits of the namespace's
+    /// 64-bit FNV-1a hash. Two installs of one cluster live in two namespaces, so they get two
+    /// prefixes (a clash needs two namespace names among 2^40 hashes); installs in different clusters
+    /// sharing one ClickHouse pass `--clickhouse-prefix`. A hash, because a namespace name has '-',
+    /// which cannot be mapped into a prefix without making two namespaces look alike.
+    pub fn for_namespace(namespace: &str) -> Self {
+        let hash = namespace.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        Self(format!("st{:010x}", hash >> 24))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The tenant's ClickHouse database: `<prefix>_<name with '-' as '_'>`.
+    pub fn database(&self, tenant: &TenantName) -> String {
+        format!("{}_{}", self.0, tenant.0.replace('-', "_"))
+    }
+}
+
+impl fmt::Display for ClickHousePrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The ClickHouse user that owns `database` (a tenant's, as [`ClickHousePrefix::database`] names it).
+pub fn clickhouse_user(database: &str) -> String {
+    format!("{database}_user")
 }
 
 /// A validated tenant name. Holding one proves every name derived from it is legal.
@@ -51,16 +118,6 @@ impl TenantName {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// ClickHouse database: `tenant_<name with '-' as '_'>`. Injective because tenant names have no '_'.
-    pub fn database(&self) -> String {
-        format!("tenant_{}", self.0.replace('-', "_"))
-    }
-
-    /// ClickHouse user that owns the tenant's database.
-    pub fn clickhouse_user(&self) -> String {
-        format!("{}_user", self.database())
     }
 
     /// The Secret that holds the tenant's real ClickHouse credentials.
@@ -198,14 +255,19 @@ mod tests {
         // A Job's pods are named `<job>-<5 chars>`, within the 253-character object-name limit.
         assert!(run.len() + 6 <= 253);
         // ClickHouse identifiers have no hard length limit, but keep them readable.
-        assert!(t.clickhouse_user().len() < 64);
+        let longest_prefix = ClickHousePrefix::parse(&"p".repeat(MAX_CLICKHOUSE_PREFIX)).unwrap();
+        assert!(clickhouse_user(&longest_prefix.database(&t)).len() < 80);
     }
 
     #[test]
     fn derived_names_are_stable_and_distinct() {
         let t = TenantName::parse("acme-corp").unwrap();
-        assert_eq!(t.database(), "tenant_acme_corp");
-        assert_eq!(t.clickhouse_user(), "tenant_acme_corp_user");
+        let legacy = ClickHousePrefix::parse(LEGACY_CLICKHOUSE_PREFIX).unwrap();
+        assert_eq!(legacy.database(&t), "tenant_acme_corp");
+        assert_eq!(
+            clickhouse_user(&legacy.database(&t)),
+            "tenant_acme_corp_user"
+        );
         assert_eq!(t.credentials_secret(), "acme-corp-clickhouse");
         assert_eq!(t.run_job("Suspend", 7), "acme-corp-suspend-7");
     }
@@ -216,12 +278,10 @@ mod tests {
     #[test]
     fn the_longest_names_derived_names_are_known() {
         let t = TenantName::parse("ab-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-c").unwrap();
+        let database = ClickHousePrefix::parse("tenant").unwrap().database(&t);
+        assert_eq!(database, "tenant_ab_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_c");
         assert_eq!(
-            t.database(),
-            "tenant_ab_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_c"
-        );
-        assert_eq!(
-            t.clickhouse_user(),
+            clickhouse_user(&database),
             "tenant_ab_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_b_c_user"
         );
         assert_eq!(
@@ -234,6 +294,59 @@ mod tests {
             "ab-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-b-c-provision-999999999999"
         );
         assert_eq!(run.len(), 63);
+    }
+
+    /// Known answers from the published FNV-1a 64 test vectors (`""` → cbf29ce484222325, `"a"` →
+    /// af63dc4c8601ec8c) and from `python3 -c "h=0xcbf29ce484222325
+    /// for b in b'sentry-tenants': h=((h^b)*0x100000001b3)%2**64
+    /// print('st%010x'%(h>>24))"`.
+    #[test]
+    fn the_default_prefix_is_the_namespaces_hash() {
+        let of = |ns: &str| ClickHousePrefix::for_namespace(ns).as_str().to_owned();
+        assert_eq!(of(""), "stcbf29ce484");
+        assert_eq!(of("a"), "staf63dc4c86");
+        assert_eq!(of("sentry-tenants"), "st4051f908cd");
+        assert_eq!(of("other"), "st0a24ad61c2");
+        assert_ne!(
+            of("a-b"),
+            of("ab"),
+            "namespaces that differ only by '-' differ"
+        );
+        for ns in ["", "a", "sentry-tenants", &"n".repeat(63)] {
+            assert_eq!(
+                ClickHousePrefix::parse(&of(ns)),
+                Ok(ClickHousePrefix::for_namespace(ns))
+            );
+        }
+    }
+
+    #[test]
+    fn a_prefix_is_letters_and_digits_so_it_never_runs_into_a_tenant_name() {
+        for ok in ["t", "tenant", "prod2", &"p".repeat(MAX_CLICKHOUSE_PREFIX)] {
+            assert!(ClickHousePrefix::parse(ok).is_ok(), "{ok}");
+        }
+        let long = "p".repeat(MAX_CLICKHOUSE_PREFIX + 1);
+        for bad in [
+            "",
+            "2prod",
+            "Prod",
+            "prod_eu",
+            "prod-eu",
+            "pröd",
+            "a`b",
+            long.as_str(),
+        ] {
+            assert!(
+                matches!(ClickHousePrefix::parse(bad), Err(NameError::Prefix { .. })),
+                "{bad:?} accepted"
+            );
+        }
+        // `a` + tenant `b-c` and `ab` + tenant `c`: the '_' after the prefix keeps them apart.
+        let name = |n: &str| TenantName::parse(n).unwrap();
+        let a = ClickHousePrefix::parse("a").unwrap();
+        let ab = ClickHousePrefix::parse("ab").unwrap();
+        assert_eq!(a.database(&name("b-c")), "a_b_c");
+        assert_eq!(ab.database(&name("c")), "ab_c");
     }
 
     #[test]

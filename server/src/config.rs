@@ -50,6 +50,9 @@ pub struct OperatorConfig {
     /// Run every provisioning statement `ON CLUSTER` this ClickHouse cluster.
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER")]
     pub clickhouse_cluster: Option<String>,
+    /// What new tenants' ClickHouse names start with; default: derived from --namespace.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_PREFIX")]
+    pub clickhouse_prefix: Option<String>,
     /// ConfigMap (key `ca.crt`) mounted into provisioning Jobs to verify an `https://` ClickHouse URL.
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CA_CONFIGMAP")]
     pub clickhouse_ca_configmap: Option<String>,
@@ -65,6 +68,7 @@ impl OperatorConfig {
         ValueError::check_clickhouse_url(&self.clickhouse_url)?;
         ValueError::check_secret(&self.clickhouse_admin_secret)?;
         ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
+        ValueError::check_prefix(self.clickhouse_prefix.as_deref())?;
         ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
         if !is_absolute_path(&self.tantivy_root) {
             return Err(ValueError::TantivyRoot(self.tantivy_root.clone()));
@@ -82,6 +86,7 @@ impl OperatorConfig {
             clickhouse_admin_secret: "clickhouse-admin".to_owned(),
             tantivy_root: "/var/lib/sentry/tantivy".to_owned(),
             clickhouse_cluster: None,
+            clickhouse_prefix: None,
             clickhouse_ca_configmap: None,
         }
     }

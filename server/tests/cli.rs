@@ -72,18 +72,18 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
         lines,
         [
             "SELECT version();",
-            "SELECT count() FROM system.users WHERE name = 'tenant_acme_corp_user';",
-            "SELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_corp_user';",
-            "SELECT count() FROM system.databases WHERE name = 'tenant_acme_corp';",
-            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme_corp';",
+            "SELECT count() FROM system.users WHERE name = 'st4051f908cd_acme_corp_user';",
+            "SELECT granted_role_name FROM system.role_grants WHERE user_name = 'st4051f908cd_acme_corp_user';",
+            "SELECT count() FROM system.databases WHERE name = 'st4051f908cd_acme_corp';",
+            "SELECT DISTINCT role_name FROM system.grants WHERE database = 'st4051f908cd_acme_corp';",
             &format!("CREATE ROLE IF NOT EXISTS {role};"),
-            &format!("GRANT SHOW TABLES ON `tenant_acme_corp`.* TO {role};"),
-            "CREATE DATABASE IF NOT EXISTS `tenant_acme_corp`;",
-            "CREATE USER IF NOT EXISTS `tenant_acme_corp_user` IDENTIFIED WITH sha256_hash BY '<redacted>' HOST ANY DEFAULT DATABASE `tenant_acme_corp`;",
-            &format!("GRANT {role} TO `tenant_acme_corp_user`;"),
-            "GRANT SELECT, INSERT, ALTER, CREATE TABLE, CREATE VIEW, DROP TABLE, DROP VIEW, TRUNCATE, OPTIMIZE, SHOW TABLES ON `tenant_acme_corp`.* TO `tenant_acme_corp_user`;",
+            &format!("GRANT SHOW TABLES ON `st4051f908cd_acme_corp`.* TO {role};"),
+            "CREATE DATABASE IF NOT EXISTS `st4051f908cd_acme_corp`;",
+            "CREATE USER IF NOT EXISTS `st4051f908cd_acme_corp_user` IDENTIFIED WITH sha256_hash BY '<redacted>' HOST ANY DEFAULT DATABASE `st4051f908cd_acme_corp`;",
+            &format!("GRANT {role} TO `st4051f908cd_acme_corp_user`;"),
+            "GRANT SELECT, INSERT, ALTER, CREATE TABLE, CREATE VIEW, DROP TABLE, DROP VIEW, TRUNCATE, OPTIMIZE, SHOW TABLES ON `st4051f908cd_acme_corp`.* TO `st4051f908cd_acme_corp_user`;",
             // Sent only when the user already existed (a retried run): its hosts are made to match the spec.
-            "ALTER USER `tenant_acme_corp_user` HOST ANY;",
+            "ALTER USER `st4051f908cd_acme_corp_user` HOST ANY;",
         ]
     );
 
@@ -93,6 +93,8 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
             "acme",
             "--action",
             "resume",
+            "--clickhouse-prefix",
+            "tenant",
             "--dry-run",
         ])
         .output()
@@ -122,6 +124,8 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
                 "deprovision",
                 "--reclaim-policy",
                 policy,
+                "--clickhouse-prefix",
+                "tenant",
                 "--dry-run",
             ])
             .output()
@@ -142,6 +146,8 @@ fn provision_dry_run_prints_the_statements_redacted_without_cluster_or_clickhous
             "500",
             "--clickhouse-cluster",
             "prod",
+            "--clickhouse-prefix",
+            "tenant",
             "--dry-run",
         ])
         .output()
@@ -324,6 +330,8 @@ fn install_dry_run_renders_the_bundle_without_a_cluster() {
         12
     );
     assert!(yaml.contains("namespace: \"tenants-prod\""));
+    // The default prefix is the namespace's: `st` and FNV-1a of "tenants-prod", by Python as in names.rs.
+    assert!(yaml.contains("SENTRY_TENANTS_CLICKHOUSE_PREFIX: \"sta45ac7c109\""));
     assert!(yaml.ends_with('\n'));
 }
 
@@ -592,6 +600,16 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
             &["provision-tenant", "acme", "--action", "delete"],
             2,
             "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision, Rotate, SetLimits",
+        ),
+        (
+            &["install", "--dry-run", "--clickhouse-prefix", "prod_eu"],
+            1,
+            "error: --clickhouse-prefix \"prod_eu\" is not a ClickHouse name prefix (1 to 24 lowercase letters and digits, starting with a letter; no '_')",
+        ),
+        (
+            &["provision-tenant", "acme", "--clickhouse-prefix", "Prod"],
+            2,
+            "error: invalid value 'Prod' for '--clickhouse-prefix <CLICKHOUSE_PREFIX>': ClickHouse prefix \"Prod\" is invalid: use 1 to 24 lowercase letters and digits, starting with a letter (no '_': it separates the prefix from the tenant's name)",
         ),
         (
             &["install", "--dry-run", "--clickhouse-cluster", "a b"],

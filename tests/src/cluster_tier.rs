@@ -108,6 +108,17 @@ impl Setup {
         setup_in_turn(prefix, Turn::Within).await
     }
 
+    /// The ClickHouse database an install in this namespace gives `tenant` (the default prefix).
+    pub fn ch_database(&self, tenant: &str) -> String {
+        let name = sentry_tenants::names::TenantName::parse(tenant).expect("a valid tenant name");
+        sentry_tenants::names::ClickHousePrefix::for_namespace(&self.ns).database(&name)
+    }
+
+    /// The ClickHouse user an install in this namespace gives `tenant`.
+    pub fn ch_user(&self, tenant: &str) -> String {
+        sentry_tenants::names::clickhouse_user(&self.ch_database(tenant))
+    }
+
     /// The operator's settings for this namespace, its Jobs running the cluster's image of it.
     pub fn operator_config(&self) -> OperatorConfig {
         OperatorConfig {

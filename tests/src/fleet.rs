@@ -291,6 +291,7 @@ impl Fleet {
             sync: TenantSync::new(self.cluster.client.clone(), NS, "/var/lib/sentry/tantivy"),
             rotate: false,
             cluster: None,
+            prefix: crate::legacy_prefix(),
             clock: self.cluster.clock.clone(),
         };
         let tenant = TenantName::parse(&run.spec.tenant).map_err(|e| e.to_string())?;

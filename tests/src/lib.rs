@@ -45,8 +45,9 @@ pub fn summary(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
-/// The ClickHouse names of `tenant` in [`NS`], marked as a Tenant's with a fixed uid: for tests that
-/// look at statements, not at a Tenant object (whose uid the API server chose).
+/// The ClickHouse names of `tenant` in [`NS`] under the in-memory tier's [`legacy_prefix`], marked as a
+/// Tenant's with a fixed uid: for tests that look at statements, not at a Tenant object (whose uid the
+/// API server chose).
 pub fn tenant_idents(tenant: &str) -> sentry_tenants::provision::sql::TenantIdents {
     let owner = sentry_tenants::provision::sql::Owner {
         namespace: NS.to_owned(),
@@ -54,11 +55,11 @@ pub fn tenant_idents(tenant: &str) -> sentry_tenants::provision::sql::TenantIden
         uid: "00000000-0000-4000-8000-000000000001".to_owned(),
     };
     let name = sentry_tenants::names::TenantName::parse(tenant).expect("a valid tenant name");
-    sentry_tenants::provision::sql::TenantIdents::for_tenant(&name, &owner)
+    let database = legacy_prefix().database(&name);
+    sentry_tenants::provision::sql::TenantIdents::for_tenant(&name, &database, &owner)
         .expect("derived from a valid name")
 }
 
-/// A TCP port nothing listens on right now.
 /// A plain HTTP/1.1 GET of `path` from `addr` (`host:port`), each step bounded; the body if the
 /// answer is 200, else the status line or the error.
 pub async fn http_get(addr: &str, path: &str) -> Result<String, String> {
@@ -113,6 +114,14 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The prefix installs made before prefixes existed name tenants with (`tenant_<name>`). The in-memory
+/// tier's provisioner uses it, so its assertions read `tenant_acme`; the default derived from the
+/// namespace is what the cluster tier's installs and operators use.
+pub fn legacy_prefix() -> sentry_tenants::names::ClickHousePrefix {
+    sentry_tenants::names::ClickHousePrefix::parse(sentry_tenants::names::LEGACY_CLICKHOUSE_PREFIX)
+        .expect("the legacy prefix is a valid one")
+}
+
 /// Install values for tests: the defaults `install` uses, in `namespace`.
 pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
     sentry_tenants::install::Values {
@@ -122,6 +131,8 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         clickhouse_url: "http://clickhouse:8123".into(),
         clickhouse_admin_secret: "clickhouse-admin".into(),
         clickhouse_cluster: None,
+        clickhouse_prefix: sentry_tenants::names::ClickHousePrefix::for_namespace(namespace)
+            .to_string(),
         clickhouse_ca_configmap: None,
         read_only_dashboard: false,
         aggregate_to_view_edit: false,
@@ -1183,6 +1194,7 @@ impl Cluster {
             ),
             rotate,
             cluster: None,
+            prefix: legacy_prefix(),
             clock: self.clock.clone(),
         }
     }

@@ -30,6 +30,7 @@ pub mod env {
     pub const CLICKHOUSE_PASSWORD: &str = "SENTRY_TENANTS_CLICKHOUSE_PASSWORD";
     pub const TANTIVY_ROOT: &str = "SENTRY_TENANTS_TANTIVY_ROOT";
     pub const CLICKHOUSE_CLUSTER: &str = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER";
+    pub const CLICKHOUSE_PREFIX: &str = "SENTRY_TENANTS_CLICKHOUSE_PREFIX";
     pub const CLICKHOUSE_CA_FILE: &str = "SENTRY_TENANTS_CLICKHOUSE_CA_FILE";
 }
 
@@ -203,6 +204,12 @@ fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
     )
     .chain(
         config
+            .clickhouse_prefix
+            .as_deref()
+            .map(|p| plain(env::CLICKHOUSE_PREFIX, p)),
+    )
+    .chain(
+        config
             .clickhouse_ca_configmap
             .as_ref()
             .map(|_| plain(env::CLICKHOUSE_CA_FILE, &format!("{CA_DIR}/{CA_KEY}"))),
@@ -330,6 +337,28 @@ mod tests {
             Some("/etc/sentry-tenants/clickhouse-ca/ca.crt")
         );
         assert_eq!(env(env::CLICKHOUSE_CLUSTER).as_deref(), Some("prod"));
+        assert_eq!(
+            env(env::CLICKHOUSE_PREFIX),
+            None,
+            "the Job derives it as the operator does"
+        );
+        let prefixed = OperatorConfig {
+            clickhouse_prefix: Some("prod".into()),
+            ..config
+        };
+        let pod = build_job(&run, &prefixed)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let prefix = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == env::CLICKHOUSE_PREFIX)
+            .and_then(|e| e.value.clone());
+        assert_eq!(prefix.as_deref(), Some("prod"));
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub struct Values {
     pub clickhouse_admin_secret: String,
     /// Every provisioning statement `ON CLUSTER` this cluster.
     pub clickhouse_cluster: Option<String>,
+    /// What new tenants' ClickHouse names start with (`<prefix>_<tenant>`).
+    pub clickhouse_prefix: String,
     /// ConfigMap (key `ca.crt`) with the CA bundle that verifies an `https://` ClickHouse URL.
     pub clickhouse_ca_configmap: Option<String>,
     pub read_only_dashboard: bool,
@@ -64,6 +66,10 @@ pub enum ValueError {
     )]
     Cluster(String),
     #[error(
+        "--clickhouse-prefix {0:?} is not a ClickHouse name prefix (1 to 24 lowercase letters and digits, starting with a letter; no '_')"
+    )]
+    Prefix(String),
+    #[error(
         "--clickhouse-ca-configmap {0:?} is not a valid ConfigMap name (lowercase letters, digits, '-' and '.', at most 253 characters)"
     )]
     CaConfigMap(String),
@@ -94,6 +100,12 @@ impl ValueError {
         s.map_or(Ok(()), |s| {
             let valid = crate::provision::sql::Ident::cluster(s).is_ok();
             Self::check(valid, || Self::Cluster(s.to_owned()))
+        })
+    }
+    pub fn check_prefix(s: Option<&str>) -> Result<(), Self> {
+        s.map_or(Ok(()), |s| {
+            let valid = crate::names::ClickHousePrefix::parse(s).is_ok();
+            Self::check(valid, || Self::Prefix(s.to_owned()))
         })
     }
     pub fn check_ca_configmap(s: Option<&str>) -> Result<(), Self> {
@@ -164,6 +176,7 @@ impl Values {
         ValueError::check_clickhouse_url(&self.clickhouse_url)?;
         ValueError::check_secret(&self.clickhouse_admin_secret)?;
         ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
+        ValueError::check_prefix(Some(&self.clickhouse_prefix))?;
         ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
         debug_assert!(DNS_LABEL_PATTERN.starts_with('^'));
         Ok(self)
@@ -216,6 +229,7 @@ struct SettingsTemplate<'a> {
     clickhouse_url: &'a str,
     clickhouse_admin_secret: &'a str,
     clickhouse_cluster: &'a Option<String>,
+    clickhouse_prefix: &'a str,
     clickhouse_ca_configmap: &'a Option<String>,
     read_only_dashboard: bool,
     version: &'a str,
@@ -230,6 +244,7 @@ impl Values {
             clickhouse_url: &self.clickhouse_url,
             clickhouse_admin_secret: &self.clickhouse_admin_secret,
             clickhouse_cluster: &self.clickhouse_cluster,
+            clickhouse_prefix: &self.clickhouse_prefix,
             clickhouse_ca_configmap: &self.clickhouse_ca_configmap,
             read_only_dashboard: self.read_only_dashboard,
             version: &self.version,
@@ -386,10 +401,42 @@ pub(crate) mod tests {
             clickhouse_url: "http://clickhouse.db:8123".into(),
             clickhouse_admin_secret: "clickhouse-admin".into(),
             clickhouse_cluster: None,
+            clickhouse_prefix: "st4051f908cd".into(),
             clickhouse_ca_configmap: None,
             read_only_dashboard: false,
             aggregate_to_view_edit: false,
             version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    #[test]
+    fn the_clickhouse_prefix_reaches_the_operators_configmap_and_is_checked() {
+        let cm = |v: &Values| {
+            let objects = v.objects().unwrap();
+            let cm = objects
+                .iter()
+                .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
+                .unwrap()
+                .clone();
+            cm.data["data"]["SENTRY_TENANTS_CLICKHOUSE_PREFIX"].clone()
+        };
+        assert_eq!(cm(&values().validate().unwrap()), "st4051f908cd");
+        let prod = Values {
+            clickhouse_prefix: "prod".into(),
+            ..values()
+        };
+        assert_eq!(cm(&prod.clone().validate().unwrap()), "prod");
+        assert_ne!(
+            prod.settings_checksum(),
+            values().settings_checksum(),
+            "pods roll"
+        );
+        for bad in ["", "prod_eu", "prod-eu", "Prod", "9prod", "p\n  evil: true"] {
+            let v = Values {
+                clickhouse_prefix: bad.into(),
+                ..values()
+            };
+            assert_eq!(v.validate(), Err(ValueError::Prefix(bad.into())), "{bad:?}");
         }
     }
 

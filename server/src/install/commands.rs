@@ -38,6 +38,13 @@ pub struct InstallArgs {
     /// cluster whose users are not kept in a replicated user directory.
     #[arg(long)]
     pub clickhouse_cluster: Option<String>,
+    /// What new tenants' ClickHouse names start with: database `<prefix>_<tenant>`, user
+    /// `<prefix>_<tenant>_user`. Default: `st` and a hash of --namespace, so two installs of a cluster
+    /// never share one; installs in different clusters sharing one ClickHouse pass their own.
+    /// Tenants keep the names they have when it changes (installs made before prefixes existed named
+    /// them `tenant_…`; pass `--clickhouse-prefix tenant` to name new ones so too).
+    #[arg(long)]
+    pub clickhouse_prefix: Option<String>,
     /// ConfigMap in the namespace with the CA bundle (key `ca.crt`, PEM) that verifies an `https://`
     /// --clickhouse-url, instead of the system's roots; mounted into every provisioning Job.
     #[arg(long)]
@@ -88,6 +95,9 @@ impl InstallArgs {
             clickhouse_url: self.clickhouse_url.clone(),
             clickhouse_admin_secret: self.clickhouse_admin_secret.clone(),
             clickhouse_cluster: self.clickhouse_cluster.clone(),
+            clickhouse_prefix: self.clickhouse_prefix.clone().unwrap_or_else(|| {
+                crate::names::ClickHousePrefix::for_namespace(&self.namespace).to_string()
+            }),
             clickhouse_ca_configmap: self.clickhouse_ca_configmap.clone(),
             read_only_dashboard: self.read_only_dashboard,
             aggregate_to_view_edit: self.aggregate_to_view_edit,

@@ -23,7 +23,7 @@ use clap::Args;
 use kube::{Resource, ResourceExt};
 
 use crate::crd::{ReclaimPolicy, RunAction, Tenant, TenantLimits};
-use crate::names::TenantName;
+use crate::names::{ClickHousePrefix, TenantName};
 use ownership::{Claimant, Found, Verdict};
 use sql::{Ident, MIN_VERSION, Owner, TenantIdents, parse_version};
 
@@ -77,6 +77,10 @@ pub struct ProvisionArgs {
     /// directory: checked before anything is written).
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER", value_parser = parse_cluster)]
     pub clickhouse_cluster: Option<Ident>,
+    /// What the tenant's ClickHouse names start with when it has none yet (`<prefix>_<tenant>`); by
+    /// default derived from --namespace, as the operator derives it. A tenant keeps the names it has.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_PREFIX", value_parser = parse_prefix)]
+    pub clickhouse_prefix: Option<ClickHousePrefix>,
     /// PEM CA bundle that verifies an `https://` --clickhouse-url instead of the system's roots.
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CA_FILE")]
     pub clickhouse_ca_file: Option<std::path::PathBuf>,
@@ -129,6 +133,10 @@ fn parse_cluster(s: &str) -> Result<Ident, String> {
     Ident::cluster(s).map_err(|_| {
         format!("{s:?} is not a ClickHouse cluster name (letters, digits, '_', '-', '.', starting with a letter or '_')")
     })
+}
+
+fn parse_prefix(s: &str) -> Result<ClickHousePrefix, String> {
+    ClickHousePrefix::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_memory(s: &str) -> Result<String, String> {
@@ -278,6 +286,8 @@ pub struct Provisioner<C> {
     pub rotate: bool,
     /// Every statement `ON CLUSTER` this cluster.
     pub cluster: Option<Ident>,
+    /// What a new tenant's ClickHouse names start with.
+    pub prefix: ClickHousePrefix,
     /// When the old password of a rotation stops being valid is counted from this clock's now.
     pub clock: crate::clock::Clock,
 }
@@ -294,9 +304,10 @@ impl<C: ClickHouse> Provisioner<C> {
             tenant: name.to_string(),
             uid: tenant.uid().unwrap_or_default(),
         };
-        let ids = TenantIdents::for_tenant(name, &owner)
+        let database = self.sync.database_of(name, &tenant, &self.prefix).await?;
+        let ids = TenantIdents::for_tenant(name, &database, &owner)
             .map_err(|e| ProvisionError::ClickHouse {
-                message: format!("cannot name the owner mark: {e}"),
+                message: format!("cannot name the tenant's ClickHouse objects: {e}"),
             })?
             .on_cluster(self.cluster.clone());
         let deleting = tenant.meta().deletion_timestamp.is_some();
@@ -334,7 +345,9 @@ impl<C: ClickHouse> Provisioner<C> {
             locked: None,
             limits: Some(&limits),
         };
-        self.sync.report(name, tenant, enforces).await?;
+        self.sync
+            .report(name, ids.database.as_str(), tenant, enforces)
+            .await?;
         Ok(Outcome::LimitsSet { limits })
     }
 
@@ -375,7 +388,7 @@ impl<C: ClickHouse> Provisioner<C> {
         };
         self.exec(&statement.sql).await?;
         self.sync
-            .commit_password(name, &self.clickhouse_url, &new)
+            .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &new)
             .await?;
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
@@ -457,7 +470,9 @@ impl<C: ClickHouse> Provisioner<C> {
                 .existing_password(name, tenant)
                 .await?
                 .ok_or_else(|| would_rotate(name, ids))?;
-            self.sync.report(name, tenant, Enforces::default()).await?;
+            self.sync
+                .report(name, ids.database.as_str(), tenant, Enforces::default())
+                .await?;
             return Ok(Outcome::Resynced { database });
         }
 
@@ -493,7 +508,13 @@ impl<C: ClickHouse> Provisioner<C> {
                 let password = tenant_sync::generate_password()?;
                 let stored = self
                     .sync
-                    .store_password(name, tenant, &self.clickhouse_url, &password)
+                    .store_password(
+                        name,
+                        tenant,
+                        ids.database.as_str(),
+                        &self.clickhouse_url,
+                        &password,
+                    )
                     .await?;
                 let created = stored == password;
                 (stored, created)
@@ -526,7 +547,9 @@ impl<C: ClickHouse> Provisioner<C> {
             locked: Some(locked),
             limits: Some(&limits),
         };
-        self.sync.report(name, tenant, enforces).await?;
+        self.sync
+            .report(name, ids.database.as_str(), tenant, enforces)
+            .await?;
         Ok(if rotated {
             Outcome::Rotated { database }
         } else if adopted {
@@ -571,7 +594,9 @@ impl<C: ClickHouse> Provisioner<C> {
             locked: Some(locked),
             limits: None,
         };
-        self.sync.report(name, tenant, enforces).await?;
+        self.sync
+            .report(name, ids.database.as_str(), tenant, enforces)
+            .await?;
         Ok(match queries_ended {
             Some(queries_ended) => Outcome::Locked { queries_ended },
             None => Outcome::Unlocked,
@@ -817,6 +842,13 @@ pub fn sha256_hex(text: &str) -> String {
 }
 
 impl ProvisionArgs {
+    /// The install's prefix: the one given, or the one its namespace derives.
+    pub fn prefix(&self) -> ClickHousePrefix {
+        self.clickhouse_prefix
+            .clone()
+            .unwrap_or_else(|| ClickHousePrefix::for_namespace(&self.namespace))
+    }
+
     /// The tenant, once every flag has been checked: nothing is contacted with a malformed one.
     fn checked_tenant(&self) -> Result<TenantName, ProvisionError> {
         use crate::install::ValueError;
@@ -836,8 +868,9 @@ pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
         tenant: name.to_string(),
         uid: "00000000-0000-0000-0000-000000000000".to_owned(),
     };
-    let ids = TenantIdents::for_tenant(&name, &owner)
-        .expect("derived from a validated tenant name and namespace")
+    let database = args.prefix().database(&name);
+    let ids = TenantIdents::for_tenant(&name, &database, &owner)
+        .expect("derived from a validated tenant name, prefix and namespace")
         .on_cluster(args.clickhouse_cluster.clone());
     let desired = sql::Desired {
         locked: false,
@@ -913,6 +946,7 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
         sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
         rotate: args.rotate,
         cluster: args.clickhouse_cluster.clone(),
+        prefix: args.prefix(),
         clock: crate::clock::Clock::System,
     };
     let outcome = provisioner.run(&name, args.action).await?;

@@ -165,7 +165,8 @@ mod tests {
     /// The verdicts on the user and the database for `me`, from what ClickHouse holds.
     fn judge(t: &Tenant, user: Found, db: Found, logs_in: bool) -> (Verdict, Verdict) {
         let me = owner("team-a", "acme", "1111");
-        let ids = TenantIdents::for_tenant(&TenantName::parse("acme").unwrap(), &me).unwrap();
+        let ids = TenantIdents::for_tenant(&TenantName::parse("acme").unwrap(), "tenant_acme", &me)
+            .unwrap();
         let c = Claimant {
             tenant: t,
             ids: &ids,

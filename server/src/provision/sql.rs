@@ -175,9 +175,13 @@ pub struct TenantIdents {
 }
 
 impl TenantIdents {
-    /// The names of `owner`'s objects; an error when the owner is not a well-formed one.
-    pub fn for_tenant(tenant: &TenantName, owner: &Owner) -> Result<Self, BadIdentifier> {
-        let database = tenant.database();
+    /// The names of `owner`'s objects, around its `database` (the user, profile and quota are named
+    /// after it); an error when the owner is not a well-formed one.
+    pub fn for_tenant(
+        tenant: &TenantName,
+        database: &str,
+        owner: &Owner,
+    ) -> Result<Self, BadIdentifier> {
         let role = owner.role();
         if Owner::from_role(role.as_str()).as_ref() != Some(owner)
             || owner.tenant != tenant.as_str()
@@ -185,8 +189,8 @@ impl TenantIdents {
             return Err(BadIdentifier(role.0));
         }
         Ok(Self {
-            database: Ident::parse(&database)?,
-            user: Ident::parse(&tenant.clickhouse_user())?,
+            database: Ident::parse(database)?,
+            user: Ident::parse(&crate::names::clickhouse_user(database))?,
             profile: Ident::parse(&format!("{database}_profile"))?,
             quota: Ident::parse(&format!("{database}_quota"))?,
             owner: owner.clone(),
@@ -567,7 +571,9 @@ mod tests {
     use super::*;
 
     fn ids(name: &str) -> TenantIdents {
-        TenantIdents::for_tenant(&TenantName::parse(name).unwrap(), &owner(name)).unwrap()
+        let tenant = TenantName::parse(name).unwrap();
+        let database = format!("tenant_{}", name.replace('-', "_"));
+        TenantIdents::for_tenant(&tenant, &database, &owner(name)).unwrap()
     }
 
     fn owner(name: &str) -> Owner {
@@ -628,7 +634,8 @@ mod tests {
             tenant: "other".into(),
             ..o
         };
-        assert!(TenantIdents::for_tenant(&TenantName::parse("acme").unwrap(), &other).is_err());
+        let acme = TenantName::parse("acme").unwrap();
+        assert!(TenantIdents::for_tenant(&acme, "tenant_acme", &other).is_err());
     }
 
     #[test]

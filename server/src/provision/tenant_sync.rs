@@ -11,9 +11,11 @@ use serde_json::json;
 
 use super::{MANAGER, Outcome, ProvisionError};
 use crate::crd::{Tenant, TenantLimits};
-use crate::names::TenantName;
+use crate::names::{ClickHousePrefix, TenantName};
 
 pub const PASSWORD_KEY: &str = "password";
+/// The key of the credentials Secret that names the tenant's database.
+pub const DATABASE_KEY: &str = "database";
 /// A Rotate run's new password while the run is under way; gone once it is the `password`.
 pub const PENDING_PASSWORD_KEY: &str = "pendingPassword";
 
@@ -73,6 +75,32 @@ impl TenantSync {
             .get_opt(&secret_name)
             .await
             .map_err(|e| ProvisionError::kube(format!("get secret {secret_name}"), e))
+    }
+
+    /// The tenant's ClickHouse database, which names its user, profile and quota too. Once given, a
+    /// name never changes: the one its status records, else the one its credentials Secret names (a
+    /// run cut short before the status was written, or a Secret a deleted Tenant of this name
+    /// retained), else the install's `prefix` names it. So tenants made before an install got (or
+    /// changed) its prefix keep theirs.
+    pub async fn database_of(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        prefix: &ClickHousePrefix,
+    ) -> Result<String, ProvisionError> {
+        let recorded = tenant
+            .status
+            .as_ref()
+            .and_then(|s| s.click_house_database_name.clone());
+        if let Some(database) = recorded {
+            return Ok(database);
+        }
+        let on_file = self
+            .credentials_secret(name)
+            .await?
+            .filter(|secret| claim(secret, name, tenant).is_ok())
+            .and_then(|secret| secret_value(&secret, DATABASE_KEY));
+        Ok(on_file.unwrap_or_else(|| prefix.database(name)))
     }
 
     /// A credentials Secret a deleted Tenant of this name left behind (reclaimPolicy Retain) becomes
@@ -189,6 +217,7 @@ impl TenantSync {
         &self,
         name: &TenantName,
         tenant: &Tenant,
+        database: &str,
         url: &str,
         password: &str,
     ) -> Result<String, ProvisionError> {
@@ -203,7 +232,7 @@ impl TenantSync {
             },
             type_: Some("Opaque".to_owned()),
             data: Some(
-                credentials(url, &name.database(), &name.clickhouse_user(), password)
+                credentials(url, database, password)
                     .into_iter()
                     .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
                     .collect(),
@@ -273,11 +302,12 @@ impl TenantSync {
     pub async fn commit_password(
         &self,
         name: &TenantName,
+        database: &str,
         url: &str,
         password: &str,
     ) -> Result<(), ProvisionError> {
         let mut data: serde_json::Map<String, serde_json::Value> =
-            credentials(url, &name.database(), &name.clickhouse_user(), password)
+            credentials(url, database, password)
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), json!(ByteString(v.into_bytes()))))
                 .collect();
@@ -313,14 +343,14 @@ impl TenantSync {
     pub async fn report(
         &self,
         name: &TenantName,
+        database: &str,
         tenant: &Tenant,
         enforces: Enforces<'_>,
     ) -> Result<(), ProvisionError> {
-        let database = name.database();
         let secret = name.credentials_secret();
         let index = format!("{}/{}", self.tantivy_root, name);
         let status = tenant.status.clone().unwrap_or_default();
-        let unchanged = status.click_house_database_name.as_deref() == Some(database.as_str())
+        let unchanged = status.click_house_database_name.as_deref() == Some(database)
             && status
                 .click_house_secret_ref
                 .as_ref()
@@ -402,10 +432,15 @@ impl TenantSync {
 }
 
 fn password_of(secret: &Secret) -> Option<String> {
-    let bytes = secret.data.as_ref()?.get(PASSWORD_KEY)?;
+    secret_value(secret, PASSWORD_KEY)
+}
+
+/// A key of a Secret as text, when it is there and not empty.
+fn secret_value(secret: &Secret, key: &str) -> Option<String> {
+    let bytes = secret.data.as_ref()?.get(key)?;
     String::from_utf8(bytes.0.clone())
         .ok()
-        .filter(|p| !p.is_empty())
+        .filter(|v| !v.is_empty())
 }
 
 /// 32 random bytes from the OS's CSPRNG, hex-encoded: only `[0-9a-f]`, safe in any config file or URL.
@@ -472,14 +507,10 @@ fn password_on_file(
 }
 
 /// The keys of a tenant's credentials Secret (CloudNativePG's application Secret is the model): the
-/// ClickHouse HTTP endpoint whole and in parts, the database, the user and password, and a `uri` a
+/// ClickHouse HTTP endpoint whole and in parts, the database, its user and password, and a `uri` a
 /// client can connect with as it is.
-pub fn credentials(
-    url: &str,
-    database: &str,
-    username: &str,
-    password: &str,
-) -> BTreeMap<&'static str, String> {
+pub fn credentials(url: &str, database: &str, password: &str) -> BTreeMap<&'static str, String> {
+    let username = &crate::names::clickhouse_user(database);
     let (scheme, host, port) = endpoint(url);
     let uri = format!(
         "{scheme}://{}:{}@{}:{port}/?database={}",
@@ -492,7 +523,7 @@ pub fn credentials(
         ("url", url.to_owned()),
         ("host", host),
         ("port", port.to_string()),
-        ("database", database.to_owned()),
+        (DATABASE_KEY, database.to_owned()),
         ("username", username.to_owned()),
         (PASSWORD_KEY, password.to_owned()),
         ("uri", uri),
@@ -565,12 +596,7 @@ mod tests {
 
     #[test]
     fn a_credentials_secret_holds_the_endpoint_in_parts_and_a_uri() {
-        let keys = super::credentials(
-            "https://[fd00::7]:9443",
-            "tenant_acme",
-            "tenant_acme_user",
-            "0123abcd",
-        );
+        let keys = super::credentials("https://[fd00::7]:9443", "tenant_acme", "0123abcd");
         let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             pairs,

@@ -91,7 +91,7 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
             fact(&b, "Logins").await == "locked"
         })
         .await;
-        assert_eq!(ch.is_locked("tenant_acme_user"), Some(true));
+        assert_eq!(ch.is_locked(&s.ch_user("acme")), Some(true));
         click(&b, "form[action='/actions/tenants/acme/resume'] button").await;
         eventually("Active again", || async {
             attr(&b, "h1 .badge", "data-phase").await == "Active"
@@ -101,7 +101,7 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
             fact(&b, "Logins").await == "allowed"
         })
         .await;
-        assert_eq!(ch.is_locked("tenant_acme_user"), Some(false));
+        assert_eq!(ch.is_locked(&s.ch_user("acme")), Some(false));
         let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
         assert!(same_page(&b).await, "all of it live, without a reload");
         let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -169,7 +169,7 @@ fn on_a_real_cluster_a_created_tenant_provisions_itself_then_suspend_resume_and_
         })
         .await;
         assert_eq!(
-            ch.is_locked("tenant_acme_user"),
+            ch.is_locked(&s.ch_user("acme")),
             Some(true),
             "Retain locked it"
         );

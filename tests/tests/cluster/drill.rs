@@ -88,14 +88,10 @@ fn names() -> Vec<String> {
     (0..TENANTS).map(|i| format!("t{i:02}")).collect()
 }
 
-fn user(tenant: &str) -> String {
-    format!("tenant_{tenant}_user")
-}
-
 /// The lock states ClickHouse went through for `tenant`'s user, from the statements it was sent: the
 /// user created open or locked, then each `ALTER USER … HOST`.
-fn lock_states_told(ch: &ClickHouseStandIn, tenant: &str) -> Vec<bool> {
-    let quoted = format!("`{}`", user(tenant));
+fn lock_states_told(ch: &ClickHouseStandIn, s: &Setup, tenant: &str) -> Vec<bool> {
+    let quoted = format!("`{}`", s.ch_user(tenant));
     ch.statements()
         .iter()
         .filter(|s| s.contains(&quoted))
@@ -246,7 +242,7 @@ async fn many_tenants_at_once_lose_no_history_revert_no_lock_and_run_each_job_on
         let seen = versions.of(n);
         // A lock state in the status that ClickHouse was never told is a revert by a stale writer.
         let in_status = without_repeats(seen.iter().filter_map(|v| v.access_locked));
-        let told = without_repeats(lock_states_told(&ch, n));
+        let told = without_repeats(lock_states_told(&ch, &s, n));
         assert_eq!(
             in_status, told,
             "{n}: accessLocked went through states ClickHouse was not put in"
@@ -282,7 +278,7 @@ async fn many_tenants_at_once_lose_no_history_revert_no_lock_and_run_each_job_on
             "{n}: its Provision run, cleaned up, is in its history: {kept:?}"
         );
         assert!(
-            ch.may_log_in(&user(n), &password(&s, n).await),
+            ch.may_log_in(&s.ch_user(n), &password(&s, n).await),
             "{n}: resumed, its Secret's password logs in"
         );
     }

@@ -11,20 +11,20 @@ use sentry_tenants_tests::control_plane::wait_until;
 
 use crate::provision::{finished, tenant_in_phase};
 use crate::setup;
+use sentry_tenants_tests::cluster_tier::Setup;
 
 const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
-const USER: &str = "tenant_acme_user";
-const PROFILE: &str = "tenant_acme_profile";
-const QUOTA: &str = "tenant_acme_quota";
 
 type Profile = Option<(Vec<(String, i64)>, String)>;
 
-fn profile(ch: &ClickHouseStandIn) -> Profile {
-    ch.model(|m| m.profiles.get(PROFILE).cloned())
+fn profile(ch: &ClickHouseStandIn, s: &Setup) -> Profile {
+    let name = format!("{}_profile", s.ch_database("acme"));
+    ch.model(|m| m.profiles.get(&name).cloned())
 }
 
-fn quota(ch: &ClickHouseStandIn) -> Option<(i64, String)> {
-    ch.model(|m| m.quotas.get(QUOTA).cloned())
+fn quota(ch: &ClickHouseStandIn, s: &Setup) -> Option<(i64, String)> {
+    let name = format!("{}_quota", s.ch_database("acme"));
+    ch.model(|m| m.quotas.get(&name).cloned())
 }
 
 async fn synced(tenants: &Api<Tenant>) -> Tenant {
@@ -40,6 +40,7 @@ async fn synced(tenants: &Api<Tenant>) -> Tenant {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_are_applied_at_provision_changed_in_place_by_one_run_and_dropped_on_delete() {
     let s = setup("limits").await;
+    let user = s.ch_user("acme");
     let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -60,16 +61,16 @@ async fn limits_are_applied_at_provision_changed_in_place_by_one_run_and_dropped
     let first = synced(&tenants).await;
     assert_eq!(first.applied_limits(), first.spec.limits());
     assert_eq!(
-        profile(&ch),
+        profile(&ch, &s),
         Some((
             vec![
                 ("max_memory_usage".into(), 2 << 30),
                 ("max_execution_time".into(), 120)
             ],
-            USER.into()
+            user.clone()
         ))
     );
-    assert_eq!(quota(&ch), Some((1000, USER.into())));
+    assert_eq!(quota(&ch, &s), Some((1000, user.clone())));
     assert_eq!(
         s.run_names().await,
         ["acme-provision-10"],
@@ -105,17 +106,17 @@ async fn limits_are_applied_at_provision_changed_in_place_by_one_run_and_dropped
     assert_eq!(now.metadata.generation, Some(generation));
     assert_eq!(now.applied_limits(), now.spec.limits());
     assert_eq!(
-        profile(&ch),
+        profile(&ch, &s),
         Some((
             vec![
                 ("max_execution_time".into(), 120),
                 ("max_concurrent_queries_for_user".into(), 4)
             ],
-            USER.into()
+            user.clone()
         )),
         "the same profile, its settings replaced"
     );
-    assert_eq!(quota(&ch), Some((50, USER.into())));
+    assert_eq!(quota(&ch, &s), Some((50, user.clone())));
     let mut runs = s.run_names().await;
     runs.sort();
     assert_eq!(
@@ -130,11 +131,11 @@ async fn limits_are_applied_at_provision_changed_in_place_by_one_run_and_dropped
     })
     .await;
     assert_eq!(
-        (profile(&ch), quota(&ch)),
+        (profile(&ch, &s), quota(&ch, &s)),
         (None, None),
         "dropped with the tenant"
     );
-    assert!(!ch.has_user(USER));
+    assert!(!ch.has_user(&user));
     assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
     s.assert_no_forbidden();
 }

@@ -123,7 +123,7 @@ async fn jobs_reach_clickhouse_by_service_name_and_metrics_answer_on_the_service
     assert!(
         ch.statements()
             .iter()
-            .any(|q| q.starts_with("CREATE USER") && q.contains("tenant_acme_user")),
+            .any(|q| q.starts_with("CREATE USER") && q.contains(&s.ch_user("acme"))),
         "the Job's statements reached the stand-in through the Service"
     );
 

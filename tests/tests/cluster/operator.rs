@@ -119,7 +119,9 @@ async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own()
         locked: Some(locked),
         limits: None,
     };
-    sync.report(&name, &created, locked(false)).await.unwrap();
+    sync.report(&name, "tenant_acme", &created, locked(false))
+        .await
+        .unwrap();
     let unlocked = tenants.get("acme").await.unwrap();
     record_in_history(
         &unlocked,
@@ -132,7 +134,9 @@ async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own()
     assert_eq!(stale.history().len(), 1);
 
     // Since that copy was read: a Suspend run locked the logins and was recorded.
-    sync.report(&name, &stale, locked(true)).await.unwrap();
+    sync.report(&name, "tenant_acme", &stale, locked(true))
+        .await
+        .unwrap();
     let fresh = tenants.get("acme").await.unwrap();
     record_in_history(
         &fresh,

@@ -81,7 +81,7 @@ async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_
     );
     let pw = password(&s, "acme").await;
     assert!(
-        ch.may_log_in("tenant_acme_user", &pw),
+        ch.may_log_in(&s.ch_user("acme"), &pw),
         "the Secret's password logs in"
     );
     assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
@@ -150,7 +150,7 @@ async fn a_tenant_applied_with_kubectl_becomes_active_with_no_click() {
         "one run, made by the operator"
     );
     assert!(
-        ch.may_log_in("tenant_acme_user", &password(&s, "acme").await),
+        ch.may_log_in(&s.ch_user("acme"), &password(&s, "acme").await),
         "the Secret's password logs in"
     );
     assert_eq!(acme.spec.display_name.as_deref(), Some("Acme"));

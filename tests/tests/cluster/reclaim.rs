@@ -57,15 +57,15 @@ async fn retain_keeps_a_locked_user_database_and_secret_and_a_new_tenant_adopts_
     s.apply(&automatic_tenant("acme", "Retain"));
     let first = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     let pw = password(&s, "acme").await;
-    let hash = ch.user_hash("tenant_acme_user");
+    let hash = ch.user_hash(&s.ch_user("acme"));
 
     kubectl_delete(&s, "acme", "background");
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_gone(&tenants, "acme").await;
     // ClickHouse: user kept with its password, logins locked; database kept.
-    assert_eq!(ch.is_locked("tenant_acme_user"), Some(true));
-    assert!(ch.has_database("tenant_acme"));
-    assert_eq!(ch.user_hash("tenant_acme_user"), hash);
+    assert_eq!(ch.is_locked(&s.ch_user("acme")), Some(true));
+    assert!(ch.has_database(&s.ch_database("acme")));
+    assert_eq!(ch.user_hash(&s.ch_user("acme")), hash);
     // Kubernetes: the Secret outlived its tenant, released by its owner and labelled for the name.
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
     let kept = secrets.get("acme-clickhouse").await.unwrap();
@@ -83,8 +83,8 @@ async fn retain_keeps_a_locked_user_database_and_secret_and_a_new_tenant_adopts_
     let second = tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     assert_ne!(second.metadata.uid, first.metadata.uid);
     assert_eq!(password(&s, "acme").await, pw, "never rotated");
-    assert_eq!(ch.user_hash("tenant_acme_user"), hash);
-    assert!(ch.may_log_in("tenant_acme_user", &pw));
+    assert_eq!(ch.user_hash(&s.ch_user("acme")), hash);
+    assert!(ch.may_log_in(&s.ch_user("acme"), &pw));
     let adopted = secrets.get("acme-clickhouse").await.unwrap();
     assert_eq!(
         adopted.owner_references().first().map(|o| &o.uid),
@@ -104,7 +104,7 @@ async fn delete_drops_user_and_database_and_deletes_the_secret_even_in_foregroun
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     s.apply(&automatic_tenant("globex", "Delete"));
     tenant_in_phase(&s, "globex", TenantPhase::Active).await;
-    assert!(ch.has_user("tenant_globex_user") && ch.has_database("tenant_globex"));
+    assert!(ch.has_user(&s.ch_user("globex")) && ch.has_database(&s.ch_database("globex")));
 
     kubectl_delete(&s, "globex", "foreground");
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -115,8 +115,11 @@ async fn delete_drops_user_and_database_and_deletes_the_secret_even_in_foregroun
     .await;
     assert!(terminating.metadata.deletion_timestamp.is_some());
     wait_gone(&tenants, "globex").await;
-    assert!(!ch.has_user("tenant_globex_user"), "user dropped");
-    assert!(!ch.has_database("tenant_globex"), "database dropped");
+    assert!(!ch.has_user(&s.ch_user("globex")), "user dropped");
+    assert!(
+        !ch.has_database(&s.ch_database("globex")),
+        "database dropped"
+    );
     let secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_gone(&secrets, "globex-clickhouse").await;
     let runs = deprovision_runs(&s, "globex").await;

@@ -125,6 +125,6 @@ async fn an_operator_process_restarted_after_every_step_of_a_run_makes_one_job_a
     let acme = tenants.get("acme").await.unwrap();
     let record = acme.history().iter().find(|h| h.name == RUN).cloned();
     assert_eq!(record.map(|r| r.phase), Some(RunPhase::Succeeded));
-    assert!(ch.may_log_in("tenant_acme_user", &password(&s, "acme").await));
+    assert!(ch.may_log_in(&s.ch_user("acme"), &password(&s, "acme").await));
     s.assert_no_forbidden();
 }

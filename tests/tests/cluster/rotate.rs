@@ -12,11 +12,10 @@ use crate::provision::{finished, password, tenant_in_phase};
 use crate::setup;
 
 const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
-const USER: &str = "tenant_acme_user";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotate_run_keeps_the_old_password_for_the_grace_period_then_only_the_new() {
     let s = setup("rotate").await;
+    let user = s.ch_user("acme");
     let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
     s.apply(
@@ -34,17 +33,17 @@ async fn a_rotate_run_keeps_the_old_password_for_the_grace_period_then_only_the_
     let new = password(&s, "acme").await;
     assert_ne!(new, old, "the Secret holds a new password");
     // Within the 30 s grace (this check follows the run's end by moments): both log in.
-    assert!(ch.may_log_in(USER, &new), "the new password");
+    assert!(ch.may_log_in(&user, &new), "the new password");
     assert!(
-        ch.may_log_in(USER, &old),
+        ch.may_log_in(&user, &old),
         "the old password, during the grace"
     );
     wait_until("the old password to expire", async || {
-        (!ch.may_log_in(USER, &old)).then_some(())
+        (!ch.may_log_in(&user, &old)).then_some(())
     })
     .await;
     assert!(
-        ch.may_log_in(USER, &new),
+        ch.may_log_in(&user, &new),
         "the new password, after the grace"
     );
     let acme = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)

@@ -10,10 +10,8 @@ use sentry_tenants_tests::control_plane::wait_until;
 use crate::provision::{finished, password, provision_run, tenant, tenant_in_phase};
 use crate::{Operator, setup};
 
-const USER: &str = "tenant_acme_user";
-
-fn host_statements(ch: &ClickHouseStandIn, host: &str) -> usize {
-    let wanted = format!("ALTER USER `{USER}` HOST {host}");
+fn host_statements(ch: &ClickHouseStandIn, user: &str, host: &str) -> usize {
+    let wanted = format!("ALTER USER `{user}` HOST {host}");
     ch.statements().iter().filter(|s| **s == wanted).count()
 }
 
@@ -53,7 +51,8 @@ async fn suspend_then_resume() {
     finished(&s, "acme-provision-1").await;
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     let pw = password(&s, "acme").await;
-    assert!(ch.may_log_in(USER, &pw));
+    let user = s.ch_user("acme");
+    assert!(ch.may_log_in(&user, &pw));
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
 
     // Suspend, as a platform engineer would from a terminal.
@@ -61,16 +60,21 @@ async fn suspend_then_resume() {
     let t = access_locked(&tenants, true).await;
     assert_eq!(t.phase(), Some(TenantPhase::Suspended));
     assert!(
-        !ch.may_log_in(USER, &pw),
+        !ch.may_log_in(&user, &pw),
         "a suspended tenant cannot log in"
     );
-    assert_eq!(host_statements(&ch, "NONE"), 1, "{:#?}", ch.statements());
+    assert_eq!(
+        host_statements(&ch, &user, "NONE"),
+        1,
+        "{:#?}",
+        ch.statements()
+    );
     // The queries already running are ended after the lock, so none starts in between.
     let statements = ch.statements();
     let lock = statements.iter().position(|q| q.ends_with("HOST NONE"));
     let kill = statements
         .iter()
-        .position(|q| q == "KILL QUERY WHERE user = 'tenant_acme_user' ASYNC");
+        .position(|q| *q == format!("KILL QUERY WHERE user = '{user}' ASYNC"));
     assert!(
         lock.is_some() && kill > lock,
         "the lock, then its queries ended: {statements:#?}"
@@ -88,12 +92,17 @@ async fn suspend_then_resume() {
     let t = access_locked(&tenants, false).await;
     assert_eq!(t.phase(), Some(TenantPhase::Active));
     assert!(
-        ch.may_log_in(USER, &pw),
+        ch.may_log_in(&user, &pw),
         "resumed: the same password logs in again"
     );
-    assert_eq!(host_statements(&ch, "ANY"), 1, "{:#?}", ch.statements());
     assert_eq!(
-        host_statements(&ch, "NONE"),
+        host_statements(&ch, &user, "ANY"),
+        1,
+        "{:#?}",
+        ch.statements()
+    );
+    assert_eq!(
+        host_statements(&ch, &user, "NONE"),
         1,
         "no second lock: {:#?}",
         ch.statements()

@@ -84,7 +84,7 @@ async fn provisioning_jobs_verify_https_clickhouse_against_the_installed_ca_bund
         message.contains("unreachable") && message.to_lowercase().contains("certificate"),
         "{message}"
     );
-    assert!(!ch.has_user("tenant_acme_user"), "nothing was sent");
+    assert!(!ch.has_user(&s.ch_user("acme")), "nothing was sent");
 
     // The right CA: the next automatic attempt's pod mounts it and provisions the tenant.
     let right = serde_json::json!({"data": {"ca.crt": pem("corp-ca.crt")}});
@@ -92,7 +92,7 @@ async fn provisioning_jobs_verify_https_clickhouse_against_the_installed_ca_bund
         .await
         .unwrap();
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
-    assert!(ch.may_log_in("tenant_acme_user", &password(&s, "acme").await));
+    assert!(ch.may_log_in(&s.ch_user("acme"), &password(&s, "acme").await));
     let secret_url = {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(s.admin.clone(), &s.ns);

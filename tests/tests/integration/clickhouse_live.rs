@@ -121,6 +121,7 @@ async fn the_provisioner_refuses_a_server_without_sql_users_before_writing_anyth
         sync: TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy"),
         rotate: false,
         cluster: None,
+        prefix: sentry_tenants_tests::legacy_prefix(),
         clock: sentry_tenants::clock::Clock::System,
     };
     let err = p

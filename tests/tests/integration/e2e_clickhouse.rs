@@ -34,6 +34,7 @@ async fn provision_suspend_resume_against_live_clickhouse() {
         sync: TenantSync::new(c.client.clone(), NS, "/tmp/tantivy"),
         rotate: false,
         cluster: None,
+        prefix: sentry_tenants_tests::legacy_prefix(),
         clock: sentry_tenants::clock::Clock::System,
     };
     p.run(&name, RunAction::Provision).await.unwrap();
@@ -41,11 +42,12 @@ async fn provision_suspend_resume_against_live_clickhouse() {
         kube::Api::namespaced(c.admin.clone(), NS);
     let secret = secrets.get(&name.credentials_secret()).await.unwrap();
     let tenant_pw = String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap();
-    let tenant_user = name.clickhouse_user();
+    let database = p.prefix.database(&name);
+    let tenant_user = sentry_tenants::names::clickhouse_user(&database);
     let login = |sql: &'static str| p.clickhouse.query_as(&tenant_user, &tenant_pw, sql);
     assert_eq!(
         login("SELECT currentDatabase()").await.unwrap().trim(),
-        name.database()
+        database
     );
     login("CREATE TABLE t (x UInt8) ENGINE = Memory")
         .await
@@ -73,11 +75,11 @@ async fn provision_suspend_resume_against_live_clickhouse() {
     login("SELECT 1").await.expect("re-run kept the password");
 
     p.clickhouse
-        .query(&format!("DROP USER IF EXISTS `{}`", name.clickhouse_user()))
+        .query(&format!("DROP USER IF EXISTS `{tenant_user}`"))
         .await
         .unwrap();
     p.clickhouse
-        .query(&format!("DROP DATABASE IF EXISTS `{}`", name.database()))
+        .query(&format!("DROP DATABASE IF EXISTS `{database}`"))
         .await
         .unwrap();
 }

@@ -19,6 +19,7 @@ fn values(read_only: bool) -> Values {
         clickhouse_url: "http://clickhouse:8123".into(),
         clickhouse_admin_secret: "clickhouse-admin".into(),
         clickhouse_cluster: None,
+        clickhouse_prefix: "st4051f908cd".into(),
         clickhouse_ca_configmap: None,
         read_only_dashboard: read_only,
         aggregate_to_view_edit: false,

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use sentry_tenants::crd::{RunAction, TenantPhase};
-use sentry_tenants::names::TenantName;
+use sentry_tenants::names::{ClickHousePrefix, TenantName};
 use sentry_tenants::provision::{ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync};
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS};
@@ -634,6 +634,7 @@ async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisi
         sync,
         rotate: false,
         cluster: None,
+        prefix: sentry_tenants_tests::legacy_prefix(),
         clock: c.clock.clone(),
     };
     p.run(&tenant, action).await.unwrap();
@@ -828,4 +829,94 @@ async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_passw
     p.run(&acme(), RunAction::Rotate).await.unwrap();
     assert_eq!(password(&c).await.unwrap(), pending);
     assert!(ch.may_log_in(USER, &pending) && ch.may_log_in(USER, &old));
+}
+
+/// The install's prefix changed (an install made before prefixes, upgraded; or `--clickhouse-prefix`
+/// passed later): a tenant keeps the names it was given — from its status, from its Secret when a run
+/// was cut short before the status was written, from the Secret a deleted Tenant of its name
+/// retained — and only a tenant with none gets the new prefix's names.
+#[tokio::test]
+async fn names_once_given_survive_a_change_of_the_prefix() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    let pw = password(&c).await.unwrap();
+    let upgraded = Provisioner {
+        prefix: ClickHousePrefix::parse("prod").unwrap(),
+        ..provisioner(&c, &ch, false)
+    };
+
+    // Recorded in its status.
+    ch.clear();
+    c.set_suspended("acme", true).await;
+    upgraded.run(&acme(), RunAction::Suspend).await.unwrap();
+    assert_eq!(ch.ddl()[0], "ALTER USER `tenant_acme_user` HOST NONE");
+    c.set_suspended("acme", false).await;
+    upgraded.run(&acme(), RunAction::Resume).await.unwrap();
+
+    // A run cut short before the status: the Secret names the database.
+    clear_status(&c).await;
+    ch.clear();
+    upgraded.run(&acme(), RunAction::Provision).await.unwrap();
+    let status = c.tenant("acme").await.status.unwrap();
+    assert_eq!(
+        status.click_house_database_name.as_deref(),
+        Some("tenant_acme")
+    );
+    assert!(
+        ch.ddl().iter().all(|s| !s.contains("prod_")),
+        "{:#?}",
+        ch.ddl()
+    );
+    assert!(ch.may_log_in(USER, &pw));
+
+    // Retained by a deleted Tenant of the name, adopted by a new one.
+    let secrets = Api::<Secret>::namespaced(c.admin.clone(), NS);
+    let retained = json!({"metadata": {
+        "ownerReferences": [],
+        "labels": {sentry_tenants::provision::RETAINED_FOR: "acme"},
+    }});
+    secrets
+        .patch(
+            "acme-clickhouse",
+            &PatchParams::default(),
+            &Patch::Merge(&retained),
+        )
+        .await
+        .unwrap();
+    c.tenants()
+        .delete("acme", &Default::default())
+        .await
+        .unwrap();
+    c.create_tenant("acme").await;
+    ch.clear();
+    let adopted = upgraded.run(&acme(), RunAction::Provision).await.unwrap();
+    assert!(
+        adopted.describe().contains("tenant_acme"),
+        "{}",
+        adopted.describe()
+    );
+    assert_eq!(
+        password(&c).await.as_deref(),
+        Some(pw.as_str()),
+        "never rotated"
+    );
+    assert!(ch.may_log_in(USER, &pw));
+
+    // A tenant with no names yet gets the new prefix's.
+    c.create_tenant("globex").await;
+    let globex = TenantName::parse("globex").unwrap();
+    upgraded.run(&globex, RunAction::Provision).await.unwrap();
+    let status = c.tenant("globex").await.status.unwrap();
+    assert_eq!(
+        status.click_house_database_name.as_deref(),
+        Some("prod_globex")
+    );
+    let secret = secrets.get("globex-clickhouse").await.unwrap();
+    let username = String::from_utf8(secret.data.unwrap()["username"].0.clone()).unwrap();
+    assert_eq!(username, "prod_globex_user");
 }
