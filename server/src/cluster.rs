@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -31,19 +32,51 @@ pub fn select(args: ClusterArgs) {
     let _ = SELECTED.set(args);
 }
 
-/// A client for the selected cluster, or one clear line saying why not.
+/// How long any request waits for the API server's next bytes. kube's default is forever: on a
+/// half-open connection a reconcile would hang while the pod stays Ready (and keeps leading).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The server-side `timeoutSeconds` of every watch: shorter than [`READ_TIMEOUT`], so the API server
+/// ends a quiet watch cleanly (and the watcher renews it from where it was) before the read timeout
+/// would cut it.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 50;
+const _: () = assert!((WATCH_TIMEOUT_SECONDS as u64) < READ_TIMEOUT.as_secs());
+
+/// A client for the selected cluster whose every request is bounded by [`READ_TIMEOUT`], or one
+/// clear line saying why not.
 pub async fn connect() -> anyhow::Result<Client> {
-    client_for(SELECTED.get().unwrap_or(&ClusterArgs::default()))
+    client_for(selected(), Some(READ_TIMEOUT))
         .await
         .map_err(anyhow::Error::msg)
+}
+
+/// A client with no read timeout, for streams that are quiet for as long as their user is: the
+/// dashboard's port-forwards (an open page's event stream waits on the cluster's changes).
+pub async fn connect_for_streams() -> anyhow::Result<Client> {
+    client_for(selected(), None)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+fn selected() -> &'static ClusterArgs {
+    static DEFAULT: ClusterArgs = ClusterArgs {
+        kubeconfig: None,
+        context: None,
+    };
+    SELECTED.get().unwrap_or(&DEFAULT)
 }
 
 /// The kubeconfig's credential plugin as a person would type it (`gke-gcloud-auth-plugin`,
 /// `aws eks get-token …`), kept so a failure later in the run can name it too.
 static CREDENTIAL_PLUGIN: OnceLock<String> = OnceLock::new();
 
-async fn client_for(args: &ClusterArgs) -> Result<Client, String> {
-    let config = config_for(args).await?;
+async fn client_for(args: &ClusterArgs, read_timeout: Option<Duration>) -> Result<Client, String> {
+    let mut config = config_for(args).await?;
+    config.read_timeout = read_timeout;
+    client_from(config)
+}
+
+fn client_from(config: kube::Config) -> Result<Client, String> {
     if let Some(exec) = &config.auth_info.exec {
         let words: Vec<String> = exec
             .command
@@ -153,5 +186,52 @@ pub fn describe(action: &str, error: &kube::Error) -> String {
             "cannot {action}: the Kubernetes API is unreachable ({})",
             root_cause(other)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that accepts connections and never answers: a half-open connection, as a dead peer
+    /// behind a load balancer leaves one. The request must fail, not hang.
+    #[tokio::test]
+    async fn a_request_to_a_server_that_never_answers_fails_after_the_read_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                open.push(conn);
+            }
+        });
+        let path = std::env::temp_dir().join(format!("st-silent-{}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+            ),
+        )
+        .unwrap();
+        let args = ClusterArgs {
+            kubeconfig: Some(path.clone()),
+            context: None,
+        };
+        let client = client_for(&args, Some(Duration::from_millis(500)))
+            .await
+            .unwrap();
+        // Far beyond the read timeout: without one, the request waits here until this bound ends it.
+        let answer =
+            tokio::time::timeout(Duration::from_secs(60), client.apiserver_version()).await;
+        let _ = std::fs::remove_file(path);
+        held.abort();
+        let error = answer
+            .expect("the request ended by itself, not by the test's bound")
+            .expect_err("nothing answered");
+        assert!(
+            root_cause(&error).to_lowercase().contains("timed out")
+                || error.to_string().to_lowercase().contains("timeout"),
+            "{error:?}"
+        );
     }
 }

@@ -214,6 +214,12 @@ pub fn tenant_of_run(run: Arc<RunJob>) -> Option<ObjectRef<Tenant>> {
     Some(ObjectRef::new(&run.spec.tenant).within(ns))
 }
 
+/// Every watch's settings: ended by the server before the client's read timeout (see
+/// [`crate::cluster::WATCH_TIMEOUT_SECONDS`]).
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().timeout(crate::cluster::WATCH_TIMEOUT_SECONDS)
+}
+
 /// One watch per kind in `namespace`, each feeding its cache (and the shared stream's subscribers); the
 /// Jobs are watched only when given a writer for them. Never ends.
 pub fn watch_caches(
@@ -230,7 +236,7 @@ pub fn watch_caches(
     let stores = stores.clone();
     let tenant_watch = watcher(
         Api::<Tenant>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
+        watch_config(),
     )
     .default_backoff()
     .modify(slim_tenant)
@@ -239,7 +245,7 @@ pub fn watch_caches(
     .for_each(|_| futures::future::ready(()));
     let run_watch = watcher(
         Api::<RunJob>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
+        watch_config(),
     )
     .default_backoff()
     .modify(drop_managed_fields)
@@ -260,7 +266,7 @@ pub fn watch_caches(
             stores.synced.mark(Cache::Jobs);
             return;
         };
-        let job_config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
+        let job_config = watch_config().labels(MANAGED_BY_SELECTOR);
         watcher(Api::<Job>::namespaced(client, &ns), job_config)
             .default_backoff()
             .modify(drop_managed_fields)

@@ -448,11 +448,12 @@ pub struct DashboardArgs {
 }
 
 pub async fn run_dashboard(args: DashboardArgs) -> anyhow::Result<()> {
-    let client = crate::cluster::connect().await?;
     if args.local {
+        let client = crate::cluster::connect().await?;
         let listener = dashboard::listen_on_loopback(args.port).await?;
         crate::web::local::serve_local(client, &args.namespace, listener, !args.no_browser).await
     } else {
+        let client = crate::cluster::connect_for_streams().await?;
         dashboard::dashboard(client, &args.namespace, args.port, !args.no_browser).await
     }
 }
