@@ -90,12 +90,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         stores: stores.clone(),
         metrics,
     });
-    let probe_shutdown = wait_for(shutdown_rx.clone());
-    let probe_server = tokio::spawn(async move {
-        axum::serve(listener, probes)
-            .with_graceful_shutdown(probe_shutdown)
-            .await
-    });
+    let probe_server = tokio::spawn(crate::web::serve::serve(
+        listener,
+        probes,
+        crate::web::serve::Limits::probes(),
+        shutdown_rx.clone(),
+    ));
     tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
 
     let (read_only, permissions) = dashboard_permissions(&client, &args, shutdown_rx.clone()).await;

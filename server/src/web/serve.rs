@@ -4,10 +4,14 @@
 //! open `/events` stream never does, so a pod kept its port until the grace period killed it. Here each
 //! request's header must arrive within a deadline (which also ends idle keep-alive connections),
 //! connections past a cap are answered 503 and closed, and shutdown stops accepting, lets requests in
-//! flight finish and ends event streams (their handler watches the same signal).
+//! flight finish and ends event streams (their handler watches the same signal). The operator's probe
+//! and metrics port is served by the same loop, with a cap per client address besides: any pod can
+//! reach it, and one pod's slowloris must not take the slots the kubelet's probes need.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -26,18 +30,77 @@ pub struct Peer(pub std::net::SocketAddr);
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// What is served, for the log and the 503's text ("the dashboard").
+    pub server: &'static str,
     /// How long a request's header may take to arrive, counted from when the connection is ready
     /// for it: a slow header, and an idle keep-alive connection, end after it.
     pub header_read_timeout: Duration,
     /// Open connections at most; one more is answered 503 and closed.
     pub max_connections: usize,
+    /// Open connections from one IP address at most; one more is answered 503 and closed. None for
+    /// the dashboard: behind a port-forward every connection comes from the forwarder's address.
+    pub max_per_peer: Option<usize>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
+            server: "the dashboard",
             header_read_timeout: Duration::from_secs(15),
             max_connections: 256,
+            max_per_peer: None,
+        }
+    }
+}
+
+impl Limits {
+    /// The probe and metrics port. The kubelet probes it from the node's address and Prometheus
+    /// scrapes it from its own; a few connections each is all they hold. A client that opens more
+    /// gets 503s for them and the others keep theirs. A probe waits a second at most (the kubelet's
+    /// default timeout), so a header has 5 s.
+    pub fn probes() -> Self {
+        Self {
+            server: "the probe server",
+            header_read_timeout: Duration::from_secs(5),
+            max_connections: 1024,
+            max_per_peer: Some(8),
+        }
+    }
+}
+
+/// Open connections per client address, each held by a [`PeerSlot`].
+#[derive(Default)]
+struct PeerCounts(Mutex<HashMap<IpAddr, usize>>);
+
+/// One open connection of `ip`'s, counted until dropped.
+struct PeerSlot {
+    counts: Arc<PeerCounts>,
+    ip: IpAddr,
+}
+
+impl PeerCounts {
+    fn take(self: &Arc<Self>, ip: IpAddr, cap: Option<usize>) -> Option<PeerSlot> {
+        let mut counts = self.0.lock().expect("peer counts");
+        let open = counts.entry(ip).or_default();
+        if cap.is_some_and(|cap| *open >= cap) {
+            return None;
+        }
+        *open += 1;
+        Some(PeerSlot {
+            counts: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().expect("peer counts");
+        if let Some(open) = counts.get_mut(&self.ip) {
+            *open -= 1;
+            if *open == 0 {
+                counts.remove(&self.ip);
+            }
         }
     }
 }
@@ -57,6 +120,7 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let peers = Arc::new(PeerCounts::default());
     let mut connections = JoinSet::new();
     let mut accepting = pin!(stopped(shutdown.clone()));
     loop {
@@ -65,24 +129,25 @@ pub async fn serve(
                 Ok(accepted) => accepted,
                 // Out of file descriptors and the like: the next accept may work.
                 Err(error) => {
-                    tracing::warn!(%error, "dashboard: cannot accept a connection");
+                    tracing::warn!(%error, server = limits.server, "cannot accept a connection");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             () = &mut accepting => break,
         };
-        match Arc::clone(&permits).try_acquire_owned() {
-            Ok(permit) => {
+        let slot = peers.take(peer.ip(), limits.max_per_peer);
+        match (slot, Arc::clone(&permits).try_acquire_owned()) {
+            (Some(slot), Ok(permit)) => {
                 let app = app.clone();
                 let shutdown = shutdown.clone();
                 connections.spawn(async move {
                     serve_connection(stream, Peer(peer), app, limits, shutdown).await;
-                    drop(permit);
+                    drop((permit, slot));
                 });
             }
-            Err(_) => {
-                connections.spawn(refuse(stream));
+            _ => {
+                connections.spawn(refuse(stream, limits.server));
             }
         }
         // Reap finished connections as we go, so the set holds only open ones.
@@ -116,11 +181,11 @@ async fn serve_connection(
 }
 
 /// One connection too many: a short 503 and the connection closed, without reading its request.
-async fn refuse(mut stream: TcpStream) {
-    const BODY: &str = "the dashboard has too many open connections; try again\n";
+async fn refuse(mut stream: TcpStream, server: &str) {
+    let body = format!("{server} has too many open connections; try again\n");
     let reply = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nretry-after: 1\r\n\r\n{BODY}",
-        BODY.len()
+        "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nretry-after: 1\r\n\r\n{body}",
+        body.len()
     );
     let write = async {
         stream.write_all(reply.as_bytes()).await?;
@@ -215,6 +280,57 @@ mod tests {
             "{said}"
         );
         drop(held);
+    }
+
+    /// The probe port's slowloris: 1,000 connections from one address that never send a header. It
+    /// holds 8 of them, answers the rest 503 at once, and drops the 8 at the header deadline; a
+    /// probe from another address (the kubelet's) is answered all along.
+    #[tokio::test]
+    async fn a_slowloris_from_one_address_never_takes_the_probes_slots() {
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(2),
+            ..Limits::probes()
+        };
+        let (addr, _stop, _server) = started(limits).await;
+        let mut attack = Vec::new();
+        for _ in 0..1000 {
+            attack.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let kubelet = async || {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            let mut probe = socket.connect(addr).await.unwrap();
+            probe
+                .write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            until_closed(&mut probe).await
+        };
+        let started = std::time::Instant::now();
+        let said = kubelet().await;
+        assert!(said.starts_with("HTTP/1.1 200 OK"), "{said}");
+        eprintln!("a probe during the slowloris took {:?}", started.elapsed());
+        // Every one of the attack's connections ends: 992 refused at once, 8 at the deadline.
+        let mut refused = 0;
+        for stream in &mut attack {
+            let said = until_closed(stream).await;
+            if said.starts_with("HTTP/1.1 503 Service Unavailable\r\n") {
+                assert!(
+                    said.ends_with("the probe server has too many open connections; try again\n")
+                );
+                refused += 1;
+            } else {
+                assert_eq!(said, "", "a held connection ends without an answer");
+            }
+        }
+        assert_eq!(refused, 1000 - 8);
+        // Its slots are free again: the same address is served.
+        let mut after = asked(addr).await;
+        assert!(
+            until_closed(&mut after)
+                .await
+                .starts_with("HTTP/1.1 200 OK")
+        );
     }
 
     #[tokio::test]
