@@ -29,6 +29,18 @@ fn acme() -> TenantName {
     TenantName::parse("acme").unwrap()
 }
 
+/// A cluster with the tenant `acme` provisioned, and its ClickHouse.
+async fn provisioned_acme() -> (Cluster, RecordingClickHouse) {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    (c, ch)
+}
+
 async fn password(c: &Cluster) -> Option<String> {
     let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
         .get_opt("acme-clickhouse")
@@ -264,13 +276,7 @@ async fn rotate_issues_new_credentials_only_when_asked() {
 
 #[tokio::test]
 async fn an_active_tenant_gets_no_ddl_but_its_status_is_resynced() {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new(MODERN);
-    provisioner(&c, &ch, false)
-        .run(&acme(), RunAction::Provision)
-        .await
-        .unwrap();
+    let (c, ch) = provisioned_acme().await;
     // An old tenant, provisioned before the index path existed: back-fill it.
     let patch = json!({"status": {"tantivyIndexPath": null}});
     c.tenants()
@@ -837,13 +843,7 @@ async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_passw
 /// retained — and only a tenant with none gets the new prefix's names.
 #[tokio::test]
 async fn names_once_given_survive_a_change_of_the_prefix() {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new(MODERN);
-    provisioner(&c, &ch, false)
-        .run(&acme(), RunAction::Provision)
-        .await
-        .unwrap();
+    let (c, ch) = provisioned_acme().await;
     let pw = password(&c).await.unwrap();
     let upgraded = Provisioner {
         prefix: ClickHousePrefix::parse("prod").unwrap(),
