@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -135,8 +135,16 @@ pub async fn uninstall(
         Ok(ns) => ns.is_some_and(|ns| ns.annotations().contains_key(CREATED_BY_INSTALL)),
         Err(e) => return Err(api_error(&format!("get Namespace {namespace}"), &e)),
     };
+    let retained = retained_secrets(client, namespace).await?;
     if !created_by_install {
         let kept = format!("Namespace {namespace}: install did not create it");
+        progress.done(&format!("kept {kept}"));
+        report.kept.push(kept);
+    } else if !retained.is_empty() {
+        let kept = format!(
+            "Namespace {namespace}: it holds the credentials Secrets that deleted tenants left under reclaimPolicy Retain ({}), the only copy of their ClickHouse users' passwords; a re-install's tenant of the same name adopts its Secret, or copy them and delete the namespace yourself",
+            retained.join(", ")
+        );
         progress.done(&format!("kept {kept}"));
         report.kept.push(kept);
     } else if tenants_left == 0 {
@@ -268,6 +276,21 @@ where
         }
     }
     Ok(())
+}
+
+/// The credentials Secrets in `namespace` that deleted tenants left under reclaimPolicy Retain, by
+/// name; read as metadata only (their values stay on the server).
+async fn retained_secrets(client: &Client, namespace: &str) -> Result<Vec<String>, InstallError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let retained = ListParams::default().labels(crate::provision::RETAINED_FOR);
+    match api.list_metadata(&retained).await {
+        Ok(list) => Ok(list.items.iter().map(|s| s.name_any()).collect()),
+        Err(e) if absent(&e) => Ok(Vec::new()),
+        Err(e) => Err(api_error(
+            &format!("list the retained credentials Secrets in {namespace}"),
+            &e,
+        )),
+    }
 }
 
 async fn count_tenants(client: &Client, namespace: &str) -> Result<usize, InstallError> {

@@ -133,6 +133,46 @@ async fn uninstall_of_an_empty_install_deletes_the_namespace() {
     );
 }
 
+/// A Secret a tenant deleted under reclaimPolicy Retain left is the only copy of its ClickHouse
+/// user's password: uninstall keeps the namespace that holds it, even with --delete-crds, and says
+/// which Secrets.
+#[tokio::test]
+async fn uninstall_keeps_a_namespace_holding_retained_credentials_and_names_them() {
+    let c = installed().await;
+    let retained: Secret = serde_json::from_value(json!({
+        "metadata": {
+            "name": "acme-clickhouse",
+            "labels": {sentry_tenants::provision::RETAINED_FOR: "acme"},
+        },
+        "stringData": {"password": "kept"},
+    }))
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(c.admin.clone(), NS);
+    secrets
+        .create(&PostParams::default(), &retained)
+        .await
+        .unwrap();
+    let opts = UninstallOptions {
+        delete_crds: true,
+        ..UninstallOptions::default()
+    };
+    let report = uninstall(&c.client, NS, &opts, &Progress::Quiet)
+        .await
+        .unwrap();
+    assert_eq!(c.namespaces.names(), [NS], "namespace kept");
+    assert!(secrets.get_opt("acme-clickhouse").await.unwrap().is_some());
+    let said = report.kept.join("\n");
+    assert!(
+        said.contains(&format!("Namespace {NS}: it holds the credentials Secrets"))
+            && said.contains("(acme-clickhouse)"),
+        "{said}"
+    );
+    assert!(
+        !crd_exists(&c, "tenants.sentry.io").await,
+        "the rest still goes"
+    );
+}
+
 fn answer_version_and_reviews(c: &Cluster, minor: &'static str, denied: &'static str) {
     c.intercept.set(move |method, path, _, body| {
         if path == "/version" {
