@@ -95,7 +95,14 @@ pub struct HttpClickHouse {
     password: String,
     auth: Auth,
     timeout: Duration,
+    /// ClickHouse settings sent with every query, as URL parameters.
+    settings: Vec<(&'static str, String)>,
 }
+
+/// How long ClickHouse waits for every host of an `ON CLUSTER` statement
+/// (`distributed_ddl_task_timeout`). Its default, 180 s, is longer than a statement's 30 s deadline
+/// here, which would cut off the answer that names the hosts that did not finish.
+pub const DISTRIBUTED_DDL_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl HttpClickHouse {
     /// `https://` URLs verified against the system's roots.
@@ -154,6 +161,7 @@ impl HttpClickHouse {
             password: password.to_owned(),
             auth,
             timeout: Duration::from_secs(30),
+            settings: Vec::new(),
         }
     }
 
@@ -186,6 +194,13 @@ impl HttpClickHouse {
                     crate::text::percent_encode(password)
                 ));
             }
+        }
+        for (name, value) in &self.settings {
+            let separator = if uri.contains('?') { '&' } else { '?' };
+            uri.push_str(&format!(
+                "{separator}{name}={}",
+                crate::text::percent_encode(value)
+            ));
         }
         builder
             .uri(uri)
@@ -221,6 +236,21 @@ impl HttpClickHouse {
     /// The time one statement may take, answer included (default 30 s).
     pub fn with_timeout(self, timeout: Duration) -> Self {
         Self { timeout, ..self }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// For runs `ON CLUSTER`: ClickHouse ends a statement some hosts have not finished within
+    /// [`DISTRIBUTED_DDL_TIMEOUT`] with an error that names them, and a statement's deadline here
+    /// waits 30 s longer than that for the answer.
+    pub fn for_cluster(mut self) -> Self {
+        self.settings.push((
+            "distributed_ddl_task_timeout",
+            DISTRIBUTED_DDL_TIMEOUT.as_secs().to_string(),
+        ));
+        self.with_timeout(DISTRIBUTED_DDL_TIMEOUT + Duration::from_secs(30))
     }
 
     async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<String, ChError> {
@@ -302,6 +332,35 @@ mod tests {
             ),
             "Code: 193, DB::Exception: Wrong password for user admin"
         );
+    }
+
+    /// ON CLUSTER runs send `distributed_ddl_task_timeout` with every query, whatever carries the
+    /// credentials, so ClickHouse's own answer about slow hosts comes before the statement's deadline.
+    #[test]
+    fn a_cluster_run_sends_the_distributed_ddl_timeout_and_waits_longer_than_it() {
+        for (auth, uri) in [
+            (
+                Auth::Headers,
+                "http://ch:8123/?distributed_ddl_task_timeout=120",
+            ),
+            (
+                Auth::Basic,
+                "http://ch:8123/?distributed_ddl_task_timeout=120",
+            ),
+            (
+                Auth::Query,
+                "http://ch:8123/?user=admin&password=p%26w&distributed_ddl_task_timeout=120",
+            ),
+        ] {
+            let ch = HttpClickHouse::new("http://ch:8123", "admin", "p&w", auth).unwrap();
+            assert_eq!(ch.timeout(), Duration::from_secs(30));
+            let plain = ch.request("admin", "p&w", "SELECT 1").unwrap();
+            assert!(!plain.uri().to_string().contains("distributed_ddl"));
+            let ch = ch.for_cluster();
+            let request = ch.request("admin", "p&w", "SELECT 1").unwrap();
+            assert_eq!(request.uri().to_string(), uri, "{auth:?}");
+            assert_eq!(ch.timeout(), Duration::from_secs(150));
+        }
     }
 
     /// A "ClickHouse" on a local port that answers every connection with `reply`, then holds it.

@@ -918,6 +918,24 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
             action: "connect".into(),
             detail: e.to_string(),
         })?;
+    let clickhouse = clickhouse_client(args)?;
+    let provisioner = Provisioner {
+        clickhouse,
+        clickhouse_url: args.clickhouse_url.clone(),
+        sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
+        rotate: args.rotate,
+        cluster: args.clickhouse_cluster.clone(),
+        prefix: args.prefix(),
+        clock: crate::clock::Clock::System,
+    };
+    let outcome = provisioner.run(&name, args.action).await?;
+    provisioner.sync.announce(&name, &outcome).await;
+    Ok(outcome)
+}
+
+/// The admin's connection to ClickHouse, as the flags say: its CA bundle, and for a run `ON CLUSTER`
+/// the distributed DDL timeout and a deadline longer than it.
+fn clickhouse_client(args: &ProvisionArgs) -> Result<HttpClickHouse, ProvisionError> {
     let clickhouse = match &args.clickhouse_ca_file {
         None => HttpClickHouse::new(
             &args.clickhouse_url,
@@ -940,22 +958,36 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
         }
     }
     .map_err(|e| ProvisionError::from_clickhouse(&args.clickhouse_url, e))?;
-    let provisioner = Provisioner {
-        clickhouse,
-        clickhouse_url: args.clickhouse_url.clone(),
-        sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
-        rotate: args.rotate,
-        cluster: args.clickhouse_cluster.clone(),
-        prefix: args.prefix(),
-        clock: crate::clock::Clock::System,
-    };
-    let outcome = provisioner.run(&name, args.action).await?;
-    provisioner.sync.announce(&name, &outcome).await;
-    Ok(outcome)
+    Ok(match args.clickhouse_cluster {
+        Some(_) => clickhouse.for_cluster(),
+        None => clickhouse,
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::ProvisionArgs,
+    }
+
+    #[test]
+    fn only_a_run_on_a_cluster_waits_for_clickhouses_distributed_ddl_timeout() {
+        let client = |extra: &[&str]| {
+            let argv = ["provision-tenant", "acme"].iter().chain(extra);
+            super::clickhouse_client(&Cli::parse_from(argv).args).unwrap()
+        };
+        assert_eq!(client(&[]).timeout().as_secs(), 30);
+        let on_cluster = client(&["--clickhouse-cluster", "prod"]).timeout();
+        assert!(
+            on_cluster > super::clickhouse::DISTRIBUTED_DDL_TIMEOUT,
+            "{on_cluster:?}"
+        );
+    }
+
     /// Known answers from an independent tool, `printf '%s' '<input>' | sha256sum` (GNU coreutils), so
     /// the hash ClickHouse stores is pinned to SHA-256 itself, not to this function.
     #[test]
