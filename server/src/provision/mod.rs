@@ -367,14 +367,7 @@ impl<C: ClickHouse> Provisioner<C> {
             .passwords_for_rotation(name, tenant)
             .await?
             .ok_or_else(|| would_rotate(name, ids))?;
-        let new = match pending {
-            Some(pending) => pending,
-            None => {
-                let fresh = tenant_sync::generate_password()?;
-                self.sync.store_pending_password(name, &fresh).await?;
-                fresh
-            }
-        };
+        let new = self.pending_or_fresh(name, pending).await?;
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
         let until = overlap.then(|| self.clock.now() + tenant.spec.rotation_grace());
         let statement = match until {
@@ -398,6 +391,35 @@ impl<C: ClickHouse> Provisioner<C> {
             old_valid_until: until,
             version,
         })
+    }
+
+    /// The new password of a rotation: the one a cut-short run left pending, else a fresh one put on
+    /// file as pending before ClickHouse hears of it.
+    async fn pending_or_fresh(
+        &self,
+        name: &TenantName,
+        pending: Option<String>,
+    ) -> Result<String, ProvisionError> {
+        if let Some(pending) = pending {
+            return Ok(pending);
+        }
+        let fresh = tenant_sync::generate_password()?;
+        self.sync.store_pending_password(name, &fresh).await?;
+        Ok(fresh)
+    }
+
+    /// [`Self::pending_or_fresh`], for a tenant whose Secret is on file.
+    async fn pending_password(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<String, ProvisionError> {
+        let pending = self
+            .sync
+            .passwords_for_rotation(name, tenant)
+            .await?
+            .and_then(|(_, pending)| pending);
+        self.pending_or_fresh(name, pending).await
     }
 
     /// Carries out the reclaim policy of a Tenant being deleted. Idempotent: a re-run finds the lock,
@@ -496,12 +518,10 @@ impl<C: ClickHouse> Provisioner<C> {
             (None, true, false) => {
                 return Err(would_rotate(name, ids));
             }
-            // A deliberate rotation of credentials on file.
-            (Some(_), _, true) => {
-                let password = tenant_sync::generate_password()?;
-                self.sync.replace_password(name, &password).await?;
-                (password, true)
-            }
+            // A deliberate rotation of credentials on file, crash-safe as a Rotate run: the new
+            // password waits as `pendingPassword` (a re-run takes it up) and becomes the one on file
+            // only once ClickHouse has it, so the Secret never holds a password ClickHouse refuses.
+            (Some(_), _, true) => (self.pending_password(name, tenant).await?, true),
             // New credentials: on file *before* the user exists, so no crash can lose them. If another
             // run stored some first, theirs are used.
             (None, _, _) => {
@@ -539,6 +559,9 @@ impl<C: ClickHouse> Provisioner<C> {
         let rotated = self.rotate && user_exists;
         if rotated {
             self.exec(&sql::rotate(ids, &hash).sql).await?;
+            self.sync
+                .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &password)
+                .await?;
         }
         if !locked {
             self.verify_login(name, ids, &password).await?;

@@ -316,28 +316,6 @@ impl TenantSync {
             .await
     }
 
-    /// Replaces the password on file (`--rotate` only).
-    pub async fn replace_password(
-        &self,
-        name: &TenantName,
-        password: &str,
-    ) -> Result<(), ProvisionError> {
-        let secret_name = name.credentials_secret();
-        let patch = json!({ "data": { PASSWORD_KEY: ByteString(password.as_bytes().to_vec()) } });
-        self.secrets()
-            .patch(
-                &secret_name,
-                &PatchParams {
-                    field_manager: Some(MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| ProvisionError::kube(format!("update secret {secret_name}"), e))?;
-        Ok(())
-    }
-
     /// Writes the status fields only the provisioner may write — and only those, never `spec` — when
     /// they differ from what the tenant shows.
     pub async fn report(

@@ -837,6 +837,52 @@ async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_passw
     assert!(ch.may_log_in(USER, &pending) && ch.may_log_in(USER, &old));
 }
 
+/// `provision-tenant --rotate` on a tenant with credentials on file, cut short just before ClickHouse
+/// hears of the new password: the Secret still holds the old one, which still logs in; the re-run
+/// finishes with the password it left pending, and the whole Secret (`uri` too) says so.
+#[tokio::test]
+async fn a_deliberate_rotation_cut_short_keeps_the_old_password_working_and_its_rerun_finishes_it()
+{
+    let (c, ch) = provisioned_acme().await;
+    let rotate = provisioner(&c, &ch, true);
+    ch.clear();
+    rotate.run(&acme(), RunAction::Provision).await.unwrap();
+    let old = password(&c).await.unwrap();
+    let before_switch = ch
+        .statements()
+        .iter()
+        .position(|s| s.starts_with("ALTER USER `tenant_acme_user` IDENTIFIED"))
+        .expect("a rotation switches the password");
+
+    ch.clear();
+    ch.fail_after(
+        before_switch,
+        ChError::Unreachable("connection reset".into()),
+    );
+    rotate.run(&acme(), RunAction::Provision).await.unwrap_err();
+    assert_eq!(password(&c).await.unwrap(), old, "nothing switched yet");
+    assert!(ch.may_log_in(USER, &old), "the apps' password still works");
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    let pending = String::from_utf8(secret.data.unwrap()["pendingPassword"].0.clone()).unwrap();
+
+    ch.recover();
+    rotate.run(&acme(), RunAction::Provision).await.unwrap();
+    assert_eq!(password(&c).await.unwrap(), pending);
+    assert!(ch.may_log_in(USER, &pending) && !ch.may_log_in(USER, &old));
+    let data = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    let uri = String::from_utf8(data["uri"].0.clone()).unwrap();
+    assert!(uri.contains(&format!(":{pending}@")), "{uri}");
+    assert!(!data.contains_key("pendingPassword"));
+}
+
 /// The install's prefix changed (an install made before prefixes, upgraded; or `--clickhouse-prefix`
 /// passed later): a tenant keeps the names it was given — from its status, from its Secret when a run
 /// was cut short before the status was written, from the Secret a deleted Tenant of its name
