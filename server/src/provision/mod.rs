@@ -362,12 +362,13 @@ impl<C: ClickHouse> Provisioner<C> {
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
         let version = self.provisioned_user(name, tenant, ids).await?;
-        let (old, pending) = self
+        let on_file = self
             .sync
             .passwords_for_rotation(name, tenant)
             .await?
             .ok_or_else(|| would_rotate(name, ids))?;
-        let new = self.pending_or_fresh(name, pending).await?;
+        let old = on_file.current.clone();
+        let new = self.pending_or_fresh(name, &on_file).await?;
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
         let until = overlap.then(|| self.clock.now() + tenant.spec.rotation_grace());
         let statement = match until {
@@ -398,13 +399,15 @@ impl<C: ClickHouse> Provisioner<C> {
     async fn pending_or_fresh(
         &self,
         name: &TenantName,
-        pending: Option<String>,
+        on_file: &tenant_sync::Passwords,
     ) -> Result<String, ProvisionError> {
-        if let Some(pending) = pending {
-            return Ok(pending);
+        if let Some(pending) = &on_file.pending {
+            return Ok(pending.clone());
         }
         let fresh = tenant_sync::generate_password()?;
-        self.sync.store_pending_password(name, &fresh).await?;
+        self.sync
+            .store_pending_password(name, on_file, &fresh)
+            .await?;
         Ok(fresh)
     }
 
@@ -414,12 +417,14 @@ impl<C: ClickHouse> Provisioner<C> {
         name: &TenantName,
         tenant: &Tenant,
     ) -> Result<String, ProvisionError> {
-        let pending = self
+        let on_file = self
             .sync
             .passwords_for_rotation(name, tenant)
             .await?
-            .and_then(|(_, pending)| pending);
-        self.pending_or_fresh(name, pending).await
+            .ok_or(ProvisionError::BadSecret {
+                secret: name.credentials_secret(),
+            })?;
+        self.pending_or_fresh(name, &on_file).await
     }
 
     /// Carries out the reclaim policy of a Tenant being deleted. Idempotent: a re-run finds the lock,

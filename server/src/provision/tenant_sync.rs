@@ -19,6 +19,17 @@ pub const DATABASE_KEY: &str = "database";
 /// A Rotate run's new password while the run is under way; gone once it is the `password`.
 pub const PENDING_PASSWORD_KEY: &str = "pendingPassword";
 
+/// The passwords of a credentials Secret, as one read found them.
+#[derive(Debug, Clone)]
+pub struct Passwords {
+    /// `password`: the one the tenant's apps use.
+    pub current: String,
+    /// `pendingPassword`: a rotation's new one that ClickHouse may not know yet.
+    pub pending: Option<String>,
+    /// The Secret's resourceVersion at that read.
+    pub read_at: String,
+}
+
 /// What a run made ClickHouse enforce, for [`TenantSync::report`]; `None` for what it did not touch.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Enforces<'a> {
@@ -267,35 +278,49 @@ impl TenantSync {
         }
     }
 
-    /// The password on file and, if a Rotate run was cut short, the new one it put there before
-    /// ClickHouse knew it (`pendingPassword`): one read of the Secret, which must be the tenant's.
+    /// The password on file and, if a rotation was cut short, the new one it put there before
+    /// ClickHouse knew it: one read of the Secret, which must be the tenant's.
     pub async fn passwords_for_rotation(
         &self,
         name: &TenantName,
         tenant: &Tenant,
-    ) -> Result<Option<(String, Option<String>)>, ProvisionError> {
+    ) -> Result<Option<Passwords>, ProvisionError> {
         let Some(secret) = self.credentials_secret(name).await? else {
             return Ok(None);
         };
-        let current = password_on_file(&secret, name, tenant)?;
-        let pending = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(PENDING_PASSWORD_KEY))
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .filter(|p| !p.is_empty());
-        Ok(Some((current, pending)))
+        Ok(Some(Passwords {
+            current: password_on_file(&secret, name, tenant)?,
+            pending: secret_value(&secret, PENDING_PASSWORD_KEY),
+            read_at: secret.metadata.resource_version.unwrap_or_default(),
+        }))
     }
 
-    /// Puts a Rotate run's new password on file beside the current one.
+    /// Puts a rotation's new password on file beside the current one, if the Secret is still as
+    /// `on_file` read it: of two rotations started together, one stores its password and the other
+    /// fails here, before ClickHouse hears of a password the Secret will not hold.
     pub async fn store_pending_password(
         &self,
         name: &TenantName,
+        on_file: &Passwords,
         password: &str,
     ) -> Result<(), ProvisionError> {
-        let patch =
-            json!({ "data": { PENDING_PASSWORD_KEY: ByteString(password.as_bytes().to_vec()) } });
-        self.patch_secret(name, &patch, "update").await
+        let patch = json!({
+            "metadata": { "resourceVersion": on_file.read_at },
+            "data": { PENDING_PASSWORD_KEY: ByteString(password.as_bytes().to_vec()) },
+        });
+        let secret = name.credentials_secret();
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        match self.secrets().patch(&secret, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(ProvisionError::Kubernetes {
+                action: format!("store the new password in secret {secret}"),
+                detail: "another run changed the Secret since this one read it (a rotation at the same time?): run it again once that one is done".into(),
+            }),
+            Err(e) => Err(ProvisionError::kube(format!("update secret {secret}"), e)),
+        }
     }
 
     /// Makes a Rotate run's new password the one on file (and in `uri`), the pending copy gone.

@@ -883,6 +883,44 @@ async fn a_deliberate_rotation_cut_short_keeps_the_old_password_working_and_its_
     assert!(!data.contains_key("pendingPassword"));
 }
 
+/// Two rotations started together read the same Secret; the one that stores its new password
+/// second finds the Secret changed since its read and fails before ClickHouse hears of its password,
+/// so the Secret never ends up holding a password ClickHouse does not have.
+#[tokio::test]
+async fn of_two_rotations_started_together_only_one_puts_its_password_on_file() {
+    let (c, _ch) = provisioned_acme().await;
+    let sync = TenantSync::new(c.client.clone(), NS, "/var/lib/sentry/tantivy");
+    let tenant = c.tenant("acme").await;
+    let first = sync
+        .passwords_for_rotation(&acme(), &tenant)
+        .await
+        .unwrap()
+        .unwrap();
+    let second = sync
+        .passwords_for_rotation(&acme(), &tenant)
+        .await
+        .unwrap()
+        .unwrap();
+    sync.store_pending_password(&acme(), &first, "first-new")
+        .await
+        .unwrap();
+    let err = sync
+        .store_pending_password(&acme(), &second, "second-new")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("another run changed the Secret since this one read it"),
+        "{err}"
+    );
+    let on_file = sync
+        .passwords_for_rotation(&acme(), &tenant)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(on_file.pending.as_deref(), Some("first-new"));
+}
+
 /// The install's prefix changed (an install made before prefixes, upgraded; or `--clickhouse-prefix`
 /// passed later): a tenant keeps the names it was given — from its status, from its Secret when a run
 /// was cut short before the status was written, from the Secret a deleted Tenant of its name
