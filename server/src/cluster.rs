@@ -197,6 +197,7 @@ mod tests {
     /// behind a load balancer leaves one. The request must fail, not hang.
     #[tokio::test]
     async fn a_request_to_a_server_that_never_answers_fails_after_the_read_timeout() {
+        choose_tls_provider();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let held = tokio::spawn(async move {
