@@ -42,11 +42,17 @@ async fn provisioned_acme() -> (Cluster, RecordingClickHouse) {
 }
 
 async fn password(c: &Cluster) -> Option<String> {
+    on_file(c, PASSWORD_KEY).await
+}
+
+/// A key of acme's credentials Secret, if the Secret and the key are there.
+async fn on_file(c: &Cluster, key: &str) -> Option<String> {
     let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
         .get_opt("acme-clickhouse")
         .await
         .unwrap()?;
-    Some(String::from_utf8(secret.data.unwrap()[PASSWORD_KEY].0.clone()).unwrap())
+    let value = secret.data?.remove(key)?;
+    Some(String::from_utf8(value.0).unwrap())
 }
 
 async fn clear_status(c: &Cluster) {
@@ -826,11 +832,7 @@ async fn a_rotate_run_cut_short_is_finished_by_its_retry_with_the_same_new_passw
     ch.fail_after(5, ChError::Unreachable("connection reset".into()));
     p.run(&acme(), RunAction::Rotate).await.unwrap_err();
     assert_eq!(password(&c).await.unwrap(), old, "nothing switched yet");
-    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
-        .get("acme-clickhouse")
-        .await
-        .unwrap();
-    let pending = String::from_utf8(secret.data.unwrap()["pendingPassword"].0.clone()).unwrap();
+    let pending = on_file(&c, "pendingPassword").await.unwrap();
     ch.recover();
     p.run(&acme(), RunAction::Rotate).await.unwrap();
     assert_eq!(password(&c).await.unwrap(), pending);
@@ -862,25 +864,15 @@ async fn a_deliberate_rotation_cut_short_keeps_the_old_password_working_and_its_
     rotate.run(&acme(), RunAction::Provision).await.unwrap_err();
     assert_eq!(password(&c).await.unwrap(), old, "nothing switched yet");
     assert!(ch.may_log_in(USER, &old), "the apps' password still works");
-    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
-        .get("acme-clickhouse")
-        .await
-        .unwrap();
-    let pending = String::from_utf8(secret.data.unwrap()["pendingPassword"].0.clone()).unwrap();
+    let pending = on_file(&c, "pendingPassword").await.unwrap();
 
     ch.recover();
     rotate.run(&acme(), RunAction::Provision).await.unwrap();
     assert_eq!(password(&c).await.unwrap(), pending);
     assert!(ch.may_log_in(USER, &pending) && !ch.may_log_in(USER, &old));
-    let data = Api::<Secret>::namespaced(c.admin.clone(), NS)
-        .get("acme-clickhouse")
-        .await
-        .unwrap()
-        .data
-        .unwrap();
-    let uri = String::from_utf8(data["uri"].0.clone()).unwrap();
+    let uri = on_file(&c, "uri").await.unwrap();
     assert!(uri.contains(&format!(":{pending}@")), "{uri}");
-    assert!(!data.contains_key("pendingPassword"));
+    assert_eq!(on_file(&c, "pendingPassword").await, None);
 }
 
 /// Two rotations started together read the same Secret; the one that stores its new password
