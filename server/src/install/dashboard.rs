@@ -83,7 +83,9 @@ async fn forward(
         .ok_or_else(|| anyhow::anyhow!("port-forward gave no stream"))?;
     tokio::io::copy_bidirectional(conn, &mut upstream).await?;
     drop(upstream);
-    pf.join().await?;
+    // Once both directions ended cleanly (the browser closed its connection), the forwarder's own
+    // close can only report that it was already closing ("Sending after closing"): nothing to say.
+    let _ = pf.join().await;
     Ok(())
 }
 
