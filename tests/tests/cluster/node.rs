@@ -19,6 +19,16 @@ use sentry_tenants_tests::node::{cgroup_pids, container_cgroup, proc_status, roo
 
 const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
 
+/// A namespace of its own with the operator installed against a ClickHouse stand-in, and its pod once
+/// it runs.
+async fn installed(prefix: &str) -> (Setup, ClickHouseStandIn, Pod) {
+    let s = setup(prefix).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    let pod = operator_pod(&s).await;
+    (s, ch, pod)
+}
+
 /// The operator's pod of the namespace's install, once there is exactly one and it is Ready.
 async fn operator_pod(s: &Setup) -> Pod {
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
@@ -44,10 +54,7 @@ async fn operator_pod(s: &Setup) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_container_runs_as_65532_read_only_within_the_deployments_memory_limit() {
-    let s = setup("node-limits").await;
-    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
-    s.install_with_clickhouse(&ch.url, ADMIN).await;
-    let pod = operator_pod(&s).await;
+    let (s, _clickhouse, pod) = installed("node-limits").await;
 
     let memory = container_cgroup(&pod, "memory");
     let limit = std::fs::read_to_string(memory.join("memory.limit_in_bytes")).unwrap();
@@ -235,10 +242,7 @@ async fn ready_endpoint(s: &Setup, service: &str, ip: &str) -> Option<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelets_probes_take_a_hung_operator_out_of_the_service_then_restart_it() {
-    let s = setup("node-probes").await;
-    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
-    s.install_with_clickhouse(&ch.url, ADMIN).await;
-    let pod = operator_pod(&s).await;
+    let (s, _clickhouse, pod) = installed("node-probes").await;
     let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
     wait_until("the pod a ready endpoint of its Service", async || {
         ready_endpoint(&s, "sentry-tenants", &ip)

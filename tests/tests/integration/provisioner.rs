@@ -157,11 +157,8 @@ async fn provision_stores_credentials_before_the_user_exists_and_reports_status(
 
 #[tokio::test]
 async fn a_hundred_reruns_leave_the_password_byte_identical() {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new(MODERN);
+    let (c, ch) = provisioned_acme().await;
     let p = provisioner(&c, &ch, false);
-    p.run(&acme(), RunAction::Provision).await.unwrap();
     let first = password(&c).await.unwrap();
     for i in 0..100 {
         // Every other run also loses the status sync, so the full DDL path runs again with the Secret on file.
@@ -416,11 +413,8 @@ async fn suspend_locks_and_resume_unlocks_idempotently() {
 /// can start in between), and the run says how many: no one else's.
 #[tokio::test]
 async fn suspend_ends_the_tenants_running_queries_and_says_how_many() {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new(MODERN);
+    let (c, ch) = provisioned_acme().await;
     let p = provisioner(&c, &ch, false);
-    p.run(&acme(), RunAction::Provision).await.unwrap();
     ch.start_query("tenant_acme_user", "q1");
     ch.start_query("tenant_acme_user", "q2");
     ch.start_query("tenant_globex_user", "q3");
@@ -801,11 +795,8 @@ async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() 
 /// On a server with one password per user the switch is immediate, and the run says so.
 #[tokio::test]
 async fn rotate_on_an_older_server_is_a_single_switch_and_says_so() {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new(MODERN);
+    let (c, ch) = provisioned_acme().await;
     let p = provisioner(&c, &ch, false);
-    p.run(&acme(), RunAction::Provision).await.unwrap();
     let old = password(&c).await.unwrap();
     let outcome = p.run(&acme(), RunAction::Rotate).await.unwrap();
     let new = password(&c).await.unwrap();
