@@ -16,6 +16,10 @@ pub const TENANT: &str = "sentry.io/tenant";
 /// On a run: the uid of the Tenant it was made for, so a later Tenant of the same name never takes
 /// an earlier one's run (a Deprovision run has no owner reference to say so).
 pub const TENANT_UID: &str = "sentry.io/tenant-uid";
+/// On a run: the generation of its Tenant's spec it was made for. A tenant's attempts at an action are
+/// counted per generation from this label (and the history's `generation`), never from run names, so
+/// a RunJob someone names like one of ours is never taken for an attempt.
+pub const GENERATION: &str = "sentry.io/generation";
 
 /// The recommended labels for a `component` of one tenant's (`instance`), plus `sentry.io/tenant`.
 pub fn for_tenant(component: &str, tenant: &str) -> BTreeMap<String, String> {

@@ -76,6 +76,11 @@ pub struct PhaseLabel {
     pub phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabel {
+    pub condition: String,
+}
+
 impl PhaseLabel {
     pub fn new(phase: &str) -> Self {
         Self {
@@ -91,6 +96,7 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabel, Counter>,
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     pub tenants: Family<PhaseLabel, Gauge>,
+    pub tenants_retrying: Family<ConditionLabel, Gauge>,
     pub runs: Family<PhaseLabel, Gauge>,
     pub runs_finished: Family<PhaseLabel, Counter>,
     pub jobs_created: Counter,
@@ -107,6 +113,7 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });
         let tenants = Family::<PhaseLabel, Gauge>::default();
+        let tenants_retrying = Family::<ConditionLabel, Gauge>::default();
         let runs = Family::<PhaseLabel, Gauge>::default();
         let runs_finished = Family::<PhaseLabel, Counter>::default();
         let jobs_created = Counter::default();
@@ -128,6 +135,11 @@ impl Default for Metrics {
             reconcile_duration.clone(),
         );
         registry.register("tenants", "Tenants by phase", tenants.clone());
+        registry.register(
+            "tenants_retrying",
+            "Tenants whose wanted state ClickHouse does not have yet: a run failed and its retry is scheduled, by the condition that says so",
+            tenants_retrying.clone(),
+        );
         registry.register(
             "runs",
             "RunJobs by phase (Unknown: no status yet)",
@@ -169,6 +181,7 @@ impl Default for Metrics {
             reconcile_errors,
             reconcile_duration,
             tenants,
+            tenants_retrying,
             runs,
             runs_finished,
             jobs_created,
@@ -212,6 +225,21 @@ impl Metrics {
             self.tenants
                 .get_or_create(&PhaseLabel::new(phase.as_str()))
                 .set(n as i64);
+        }
+        let mut retrying = std::collections::BTreeMap::new();
+        for (condition, _) in crate::crd::RETRYING {
+            retrying.insert(condition, 0);
+        }
+        for tenant in stores.tenants.state() {
+            for condition in tenant.retrying() {
+                *retrying.entry(condition).or_default() += 1;
+            }
+        }
+        for (condition, n) in retrying {
+            let label = ConditionLabel {
+                condition: condition.to_owned(),
+            };
+            self.tenants_retrying.get_or_create(&label).set(n);
         }
         let runs = stores.runjobs.state();
         for phase in RunPhase::ALL {

@@ -17,13 +17,9 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::tenant::{NextRun, Retry, next_attempt};
+use super::tenant::{NextRun, next_attempt, what_next};
 use super::{Context, Result, replace_finalizers, requeue_at};
 use crate::crd::{RunAction, RunJob, TENANT_FINALIZER, Tenant};
-
-/// Deprovision attempts per generation before the reconciler stops and waits for a spec change (or for
-/// someone to remove the finalizer by hand).
-pub const MAX_DEPROVISION_ATTEMPTS: u64 = 4;
 
 /// What a deleted tenant waits for, or may do, now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,13 +65,7 @@ pub fn reclaim_step(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> Re
     if let Some(run) = in_flight(true) {
         return Reclaim::InFlight(run);
     }
-    match next_attempt(
-        tenant,
-        runs,
-        RunAction::Deprovision,
-        MAX_DEPROVISION_ATTEMPTS,
-        Retry::WithBackoff { now },
-    ) {
+    match next_attempt(tenant, runs, RunAction::Deprovision, now) {
         NextRun::Idle => Reclaim::Release,
         next => Reclaim::Next(next),
     }
@@ -96,18 +86,12 @@ pub fn reclaim_condition(tenant: &Tenant, step: &Reclaim, last_failure: &str) ->
             "Deprovisioning",
             format!("Deprovision run {run} is carrying out reclaimPolicy {policy}"),
         ),
-        Reclaim::Next(NextRun::RetryAt { attempt, at }) => (
+        Reclaim::Next(next @ (NextRun::RetryAt { .. } | NextRun::Idle)) => (
             "DeprovisionRetrying",
             format!(
-                "{last_failure}. Attempt {attempt} of {MAX_DEPROVISION_ATTEMPTS} starts at {}",
-                at.strftime("%Y-%m-%dT%H:%M:%SZ")
-            ),
-        ),
-        Reclaim::Next(NextRun::GaveUp | NextRun::Idle) => (
-            "DeprovisionFailed",
-            format!(
-                "{last_failure}. Gave up after {MAX_DEPROVISION_ATTEMPTS} attempts: fix the cause, then change the spec to try again \
-                 (or remove the finalizer {TENANT_FINALIZER} to delete the Tenant without carrying out reclaimPolicy {policy})"
+                "{last_failure}. {}: fix the cause (or remove the finalizer {TENANT_FINALIZER} to delete the Tenant \
+                 without carrying out reclaimPolicy {policy})",
+                what_next(next)
             ),
         ),
     };

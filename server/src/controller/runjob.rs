@@ -570,5 +570,6 @@ pub fn run_record(run: &RunJob) -> RunRecord {
             .completion_time
             .unwrap_or_else(|| to_k8s_time(Timestamp::UNIX_EPOCH)),
         log_tail: status.log_tail,
+        generation: run.made_for_generation(),
     }
 }

@@ -5,16 +5,17 @@
 //! 3. `Ready`, `Provisioned` and `AccessLocked` conditions follow the phase; transition times move only on flips.
 //! 4. When `spec.suspended` differs from what ClickHouse enforces on a provisioned tenant — or nobody
 //!    knows what it enforces, because the latest lock run failed after perhaps changing it — a
-//!    Suspend/Resume RunJob is created for that generation: one at a time, a failed one retried up to
-//!    [`MAX_SYNC_ATTEMPTS`] times, never more.
+//!    Suspend/Resume RunJob is created for that generation: one at a time, a failed one retried after
+//!    [`retry_delay`] (15 s doubling to 5 minutes, jittered) for as long as it stays out of step —
+//!    never a silent give-up: the failure and the next attempt's time are on the `AccessLocked`
+//!    condition meanwhile.
 //! 5. An Automatic tenant that is not provisioned gets a Provision RunJob for its generation: one at a
-//!    time, a failed one retried after 15 s, 30 s and 60 s, [`MAX_PROVISION_ATTEMPTS`] in all, the
-//!    reason and the next attempt's time on the `Provisioned` condition. A Manual tenant waits for a
-//!    click or a RunJob.
+//!    time, a failed one retried the same way, the reason and the next attempt's time on the
+//!    `Provisioned` condition. A Manual tenant waits for a click or a RunJob.
 //! 6. When `spec.limits` differs from what ClickHouse enforces on a provisioned tenant — or nobody
 //!    knows, because the latest SetLimits run failed — a SetLimits RunJob is created for that
-//!    generation, the same way: one at a time, [`MAX_SYNC_ATTEMPTS`] in all. A change ClickHouse does
-//!    not enforce (a display name) starts nothing.
+//!    generation, the same way (the failure on the `LimitsEnforced` condition). A change ClickHouse
+//!    does not enforce (a display name) starts nothing.
 //! 7. `status.syncedGeneration` is the newest generation whose suspension and limits ClickHouse is
 //!    known to enforce; the `LimitsEnforced` condition says where the limits stand.
 //! 8. Status is written only when it changed.
@@ -121,10 +122,6 @@ fn in_flight(runs: &[Arc<RunJob>], of: impl Fn(RunAction) -> bool) -> bool {
     runs.iter().any(|r| of(r.spec.action) && r.is_in_flight())
 }
 
-fn lock_run_in_flight(runs: &[Arc<RunJob>]) -> bool {
-    in_flight(runs, is_lock_action)
-}
-
 fn is_limits_action(action: RunAction) -> bool {
     action == RunAction::SetLimits
 }
@@ -225,7 +222,7 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
             false,
             match automatic {
                 NextRun::RetryAt { .. } | NextRun::Start(_) => "ProvisionRetrying",
-                NextRun::Idle | NextRun::GaveUp => "ProvisionFailed",
+                NextRun::Idle => "ProvisionFailed",
             },
             failed(),
         ),
@@ -265,26 +262,36 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
     if database.is_some() {
         let suspended = tenant.spec.suspended;
         let enforced = enforced_lock(tenant, runs);
-        // Out of step (or unknown) with no run in flight and none left to try: the attempts were used up.
-        let gave_up = !lock_run_in_flight(runs) && next_lock_run(tenant, runs, enforced).is_none();
-        let (reason, message) = match (enforced, suspended, gave_up) {
-            (Some(true), true, _) => ("LoginsLocked", "ClickHouse logins are locked"),
-            (Some(false), false, _) => ("LoginsAllowed", "ClickHouse logins are allowed"),
-            (_, true, false) => (
+        let (action, next) = next_lock_run(tenant, runs, enforced, now);
+        let (reason, message) = match (enforced, suspended, &next) {
+            (Some(true), true, _) => ("LoginsLocked", "ClickHouse logins are locked".to_owned()),
+            (Some(false), false, _) => {
+                ("LoginsAllowed", "ClickHouse logins are allowed".to_owned())
+            }
+            (_, _, NextRun::RetryAt { .. }) => (
+                if suspended {
+                    "LockFailed"
+                } else {
+                    "UnlockFailed"
+                },
+                format!(
+                    "{}, but {}: {}",
+                    if suspended { "Suspended" } else { "Resumed" },
+                    if suspended {
+                        "locking ClickHouse logins failed"
+                    } else {
+                        "unlocking ClickHouse logins failed"
+                    },
+                    retry_message(runs, &current.history, action, is_lock_action, &next),
+                ),
+            ),
+            (_, true, _) => (
                 "Locking",
-                "Suspended; a Suspend run is locking ClickHouse logins",
+                "Suspended; a Suspend run is locking ClickHouse logins".to_owned(),
             ),
-            (_, false, false) => (
+            (_, false, _) => (
                 "Unlocking",
-                "Resumed; a Resume run is unlocking ClickHouse logins",
-            ),
-            (_, true, true) => (
-                "LockFailed",
-                "Suspended, but locking ClickHouse logins failed on every attempt: see the run history, then resume and suspend again to retry",
-            ),
-            (_, false, true) => (
-                "UnlockFailed",
-                "Resumed, but unlocking ClickHouse logins failed on every attempt: see the run history, then suspend and resume again to retry",
+                "Resumed; a Resume run is unlocking ClickHouse logins".to_owned(),
             ),
         };
         // The status half says what was last reported; the reason says whether that is settled.
@@ -294,27 +301,33 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
             "AccessLocked",
             ConditionStatus::from(locked),
             reason,
-            message,
+            &message,
             generation,
             now,
         );
 
         let wanted = tenant.spec.limits();
         let limits = enforced_limits(tenant, runs);
-        let gave_up = !in_flight(runs, is_limits_action)
-            && next_limits_run(tenant, runs, limits.as_ref()).is_none();
-        let (enforced, reason, message) = match &limits {
-            Some(l) if *l == wanted => (
+        let next = next_limits_run(tenant, runs, limits.as_ref(), now);
+        let (enforced, reason, message) = match (&limits, &next) {
+            (Some(l), _) if *l == wanted => (
                 true,
                 "Enforced",
                 format!("ClickHouse enforces {}", wanted.describe()),
             ),
-            _ if gave_up => (
+            (_, NextRun::RetryAt { .. }) => (
                 false,
                 "ApplyFailed",
                 format!(
-                    "Applying {} failed on every attempt: see the run history, then change spec.limits to try again",
-                    wanted.describe()
+                    "Applying {} failed: {}",
+                    wanted.describe(),
+                    retry_message(
+                        runs,
+                        &current.history,
+                        RunAction::SetLimits,
+                        is_limits_action,
+                        &next
+                    ),
                 ),
             ),
             _ => (
@@ -367,23 +380,46 @@ fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord], automatic: &NextR
         None => "Provision run failed".to_owned(),
     };
     match automatic {
-        NextRun::RetryAt { attempt, at } => format!(
-            "{failed}. Attempt {attempt} of {MAX_PROVISION_ATTEMPTS} starts at {}",
-            at.strftime("%Y-%m-%dT%H:%M:%SZ")
-        ),
-        NextRun::Start(_) => format!("{failed}. The next attempt is starting"),
-        NextRun::GaveUp => format!(
-            "{failed}. Gave up after {MAX_PROVISION_ATTEMPTS} attempts for this spec: fix the cause, then click Retry or change the spec"
-        ),
-        NextRun::Idle => failed,
+        NextRun::Idle => format!("{failed}. Fix the cause, then click Retry"),
+        next => format!("{failed}. {}", what_next(next)),
     }
 }
 
-/// Rule 4: the Suspend/Resume run this tenant needs now, if any. `None` when ClickHouse is known to
-/// enforce spec.suspended ([`enforced_lock`]), when a lock run is in flight, or when this generation's
-/// run was already made (or tried [`MAX_SYNC_ATTEMPTS`] times).
-pub fn lock_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<(RunAction, String)> {
-    next_lock_run(tenant, runs, enforced_lock(tenant, runs))
+/// "<the latest failed run of `of`>. Attempt N starts at T" for a run the reconciler retries.
+fn retry_message(
+    runs: &[Arc<RunJob>],
+    history: &[RunRecord],
+    action: RunAction,
+    of: impl Fn(RunAction) -> bool,
+    next: &NextRun,
+) -> String {
+    let failed = latest_finished(runs, history, of)
+        .filter(|f| f.phase == RunPhase::Failed)
+        .map(|f| describe_failure(action.as_str(), &f))
+        .unwrap_or_else(|| format!("{} run failed", action.as_str()));
+    format!("{failed}. {}", what_next(next))
+}
+
+/// What the reconciler does next about a failed run, for a condition's message.
+pub fn what_next(next: &NextRun) -> String {
+    match next {
+        NextRun::RetryAt { attempt, at } => format!(
+            "Attempt {attempt} starts at {} (retried until it succeeds)",
+            at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        NextRun::Start(_) => "The next attempt is starting".to_owned(),
+        NextRun::Idle => "Nothing is retried".to_owned(),
+    }
+}
+
+/// Rule 4: the Suspend/Resume run this tenant needs next, if any ([`NextRun::Idle`] when ClickHouse is
+/// known to enforce spec.suspended ([`enforced_lock`]) or a lock run is in flight).
+pub fn lock_run_needed(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    now: Timestamp,
+) -> (RunAction, NextRun) {
+    next_lock_run(tenant, runs, enforced_lock(tenant, runs), now)
 }
 
 /// [`lock_run_needed`], given the tenant's [`enforced_lock`] (computed once per reconcile).
@@ -391,26 +427,29 @@ fn next_lock_run(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
     enforced: Option<bool>,
-) -> Option<(RunAction, String)> {
+    now: Timestamp,
+) -> (RunAction, NextRun) {
     let action = if tenant.spec.suspended {
         RunAction::Suspend
     } else {
         RunAction::Resume
     };
     let in_step = enforced == Some(tenant.spec.suspended);
-    next_sync_run(tenant, runs, in_step, action, is_lock_action).map(|name| (action, name))
+    let next = next_sync_run(tenant, runs, in_step, action, is_lock_action, now);
+    (action, next)
 }
 
-/// Rule 6: the SetLimits run this tenant needs now, if any; `None` as for [`lock_run_needed`].
-pub fn limits_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>]) -> Option<String> {
-    next_limits_run(tenant, runs, enforced_limits(tenant, runs).as_ref())
+/// Rule 6: the SetLimits run this tenant needs next, if any; as for [`lock_run_needed`].
+pub fn limits_run_needed(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> NextRun {
+    next_limits_run(tenant, runs, enforced_limits(tenant, runs).as_ref(), now)
 }
 
 fn next_limits_run(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
     enforced: Option<&TenantLimits>,
-) -> Option<String> {
+    now: Timestamp,
+) -> NextRun {
     let in_step = enforced == Some(&tenant.spec.limits());
     next_sync_run(
         tenant,
@@ -418,34 +457,31 @@ fn next_limits_run(
         in_step,
         RunAction::SetLimits,
         is_limits_action,
+        now,
     )
 }
 
 /// Rules 4 and 6: a provisioned tenant out of step with ClickHouse gets this generation's next
-/// attempt at `action`, one at a time (no run of `of` in flight), a failed one retried at once (the
-/// spec wants it now), a permanent failure given up after a few tries instead of looping.
+/// attempt at `action`, one at a time (no run of `of` in flight), a failed one retried after
+/// [`retry_delay`] for as long as it stays out of step.
 fn next_sync_run(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
     in_step: bool,
     action: RunAction,
     of: impl Fn(RunAction) -> bool,
-) -> Option<String> {
+    now: Timestamp,
+) -> NextRun {
     if !tenant.is_provisioned() || in_step || in_flight(runs, of) {
-        return None;
+        return NextRun::Idle;
     }
-    match next_attempt(tenant, runs, action, MAX_SYNC_ATTEMPTS, Retry::AtOnce) {
-        NextRun::Start(name) => Some(name),
-        NextRun::Idle | NextRun::RetryAt { .. } | NextRun::GaveUp => None,
-    }
+    next_attempt(tenant, runs, action, now)
 }
 
-/// Suspend/Resume (and SetLimits) attempts for one generation before the tenant reconciler gives up
-/// until the spec changes.
-pub const MAX_SYNC_ATTEMPTS: u64 = 3;
-/// Run serials the reconciler makes are `generation × 10 + attempt`, so one generation's attempts sort
-/// together and a name says which spec it was made for.
-const ATTEMPTS_PER_GENERATION: u64 = 10;
+/// The serials of the runs the reconciler makes for generation `g` start at `g × 10` (so a name says
+/// which spec it was made for while a generation has had fewer than ten attempts); every further
+/// attempt takes the next serial free of the tenant's runs and history.
+const FIRST_SERIAL_PER_GENERATION: u64 = 10;
 
 /// One run of an action made for the tenant's current generation, live or recorded in its history.
 pub(super) struct Attempt {
@@ -458,70 +494,87 @@ fn generation(tenant: &Tenant) -> u64 {
     tenant.metadata.generation.unwrap_or(1).max(0) as u64
 }
 
-/// The runs of `action` made for the tenant's current generation: `<tenant>-<action>-<serial>` with
-/// `serial / 10 == generation`, whether still live or already cleaned up into the history.
+/// The runs of `action` made for the tenant's current generation — by their
+/// [`crate::labels::GENERATION`] label, or the history's `generation` once cleaned up. `runs` are
+/// already this tenant's by uid ([`RunJob::is_for`]).
 pub(super) fn generation_attempts(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
     action: RunAction,
 ) -> Vec<Attempt> {
-    let prefix = format!(
-        "{}-{}-",
-        tenant.name_any(),
-        action.as_str().to_ascii_lowercase()
-    );
-    let generation = generation(tenant);
-    let of_this_generation = |name: &str| {
-        let serial: u64 = name.strip_prefix(&prefix)?.parse().ok()?;
-        (serial / ATTEMPTS_PER_GENERATION == generation).then_some(())
+    let generation = Some(generation(tenant));
+    // A run being cleaned up is recorded before it is gone: count it once.
+    let recorded_uid = |r: &RunJob| {
+        let uid = r.metadata.uid.as_deref();
+        tenant.history().iter().any(|h| Some(h.uid.as_str()) == uid)
     };
     let live = runs
         .iter()
-        .filter(|r| r.spec.action == action)
-        .filter_map(|r| {
-            of_this_generation(r.metadata.name.as_deref()?)?;
-            let status = r.status.as_ref();
-            let ended = status
+        .filter(|r| r.spec.action == action && r.made_for_generation() == generation)
+        .filter(|r| !recorded_uid(r))
+        .map(|r| {
+            let ended = r
+                .status
+                .as_ref()
                 .and_then(|s| s.completion_time.as_ref())
                 .or(r.metadata.deletion_timestamp.as_ref());
-            Some(Attempt {
+            Attempt {
                 phase: r.phase(),
                 ended: ended.map(|t| t.0),
-            })
+            }
         });
     let recorded = tenant
         .history()
         .iter()
-        .filter(|h| h.action == action)
-        .filter_map(|h| {
-            of_this_generation(&h.name)?;
-            Some(Attempt {
-                phase: Some(h.phase),
-                ended: Some(h.finished_at.0),
-            })
+        .filter(|h| h.action == action && h.generation == generation)
+        .map(|h| Attempt {
+            phase: Some(h.phase),
+            ended: Some(h.finished_at.0),
         });
     live.chain(recorded).collect()
 }
 
-/// The name of this generation's attempt number `tried` (counting from 0) at `action`.
-pub(super) fn attempt_name(tenant: &Tenant, action: RunAction, tried: u64) -> Option<String> {
-    let tenant_name = TenantName::parse(&tenant.name_any()).ok()?;
-    let serial = generation(tenant) * ATTEMPTS_PER_GENERATION + tried;
-    Some(tenant_name.run_job(action.as_str(), serial))
+/// The name of the next run of `action`: one past the highest serial among the tenant's live runs
+/// and its history, and never below `first`. Two callers that see the same runs name the same run, so
+/// a reconcile that races a click (or a reconcile that has not yet seen its own run) collides on
+/// AlreadyExists instead of starting a second one.
+fn next_run_name(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    action: RunAction,
+    first: u64,
+) -> Option<String> {
+    let name = tenant.name_any();
+    let prefix = format!("{name}-{}-", action.as_str().to_ascii_lowercase());
+    let serial = |n: &str| n.strip_prefix(&prefix).and_then(|s| s.parse::<u64>().ok());
+    let highest = runs
+        .iter()
+        .filter_map(|r| r.metadata.name.as_deref().and_then(serial))
+        .chain(tenant.history().iter().filter_map(|h| serial(&h.name)))
+        .max()
+        .unwrap_or(0);
+    let tenant_name = TenantName::parse(&name).ok()?;
+    Some(tenant_name.run_job(action.as_str(), (highest + 1).max(first)))
 }
 
-/// Provision attempts per generation of an Automatic tenant before the reconciler stops and waits for
-/// a click or a spec change.
-pub const MAX_PROVISION_ATTEMPTS: u64 = 4;
-
-/// How long after a failed attempt the next one starts: 15 s, 30 s, then 60 s.
-pub fn retry_delay(failed_attempts: u64) -> SignedDuration {
-    let doublings = failed_attempts.saturating_sub(1).min(2) as u32;
-    SignedDuration::from_secs(15 << doublings)
+/// How long after the `failures`th failed attempt in a row the next one starts: 15 s, doubling per
+/// failure up to 5 minutes, of which the upper half is jittered. The jitter is a hash of the tenant's
+/// uid, the action and the count, so every reconcile (and every replica) computes the same time for
+/// one retry, while tenants that failed together in one outage come back spread out.
+pub fn retry_delay(tenant: &Tenant, action: RunAction, failures: u64) -> SignedDuration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (tenant.uid().unwrap_or_default(), action.as_str(), failures).hash(&mut hasher);
+    let jitter = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    let failures = u32::try_from(failures).unwrap_or(u32::MAX);
+    let delay = super::backoff::delay(RETRY_BASE, failures, jitter);
+    SignedDuration::try_from(delay).expect("a retry delay is minutes, not centuries")
 }
 
-/// The next run of an action the reconciler retries (an Automatic tenant's Provision, a deleted
-/// tenant's Deprovision).
+/// The first retry's step: it starts 7.5 to 15 s after the failure.
+const RETRY_BASE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The next run of an action the reconciler makes and retries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NextRun {
     /// Nothing to start: not needed, in flight, or this generation's run succeeded.
@@ -530,27 +583,26 @@ pub enum NextRun {
     Start(String),
     /// The previous attempt failed; attempt number `attempt` (from 1) starts at `at`.
     RetryAt { attempt: u64, at: Timestamp },
-    /// The attempts for this generation all failed.
-    GaveUp,
 }
 
-/// When a failed attempt is tried again.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Retry {
-    /// At once (a lock run: the spec wants the lock now).
-    AtOnce,
-    /// After [`retry_delay`], counted from when the failed attempt ended; `now` is the time now.
-    WithBackoff { now: Timestamp },
+impl NextRun {
+    /// When the reconciler has to look again by itself (no watch event will say so).
+    pub fn retry_at(&self) -> Option<Timestamp> {
+        match self {
+            NextRun::RetryAt { at, .. } => Some(*at),
+            _ => None,
+        }
+    }
 }
 
-/// This generation's next attempt at `action`: the first at once, a failed one retried as `retry`
-/// says, `max` attempts in all; [`NextRun::Idle`] once one succeeded.
+/// This generation's next attempt at `action`: the first at once, a failed one retried after
+/// [`retry_delay`], with no limit on attempts — an outage of any length ends with the tenant in step,
+/// while every failure stays visible on its condition; [`NextRun::Idle`] once one succeeded.
 pub(super) fn next_attempt(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
     action: RunAction,
-    max: u64,
-    retry: Retry,
+    now: Timestamp,
 ) -> NextRun {
     let attempts = generation_attempts(tenant, runs, action);
     if attempts
@@ -560,30 +612,25 @@ pub(super) fn next_attempt(
         return NextRun::Idle;
     }
     let tried = attempts.len() as u64;
-    if tried >= max {
-        return NextRun::GaveUp;
-    }
-    let retry_at = match retry {
-        Retry::AtOnce => None,
-        Retry::WithBackoff { now } => attempts
-            .iter()
-            .filter_map(|a| a.ended)
-            .max()
-            .map(|ended| ended + retry_delay(tried))
-            .filter(|at| *at > now),
-    };
-    match (retry_at, attempt_name(tenant, action, tried)) {
+    let retry_at = attempts
+        .iter()
+        .filter_map(|a| a.ended)
+        .max()
+        .map(|ended| ended + retry_delay(tenant, action, tried))
+        .filter(|at| *at > now);
+    let first = generation(tenant) * FIRST_SERIAL_PER_GENERATION;
+    match (retry_at, next_run_name(tenant, runs, action, first)) {
         (Some(at), _) => NextRun::RetryAt {
             attempt: tried + 1,
             at,
         },
-        (_, Some(name)) => NextRun::Start(name),
-        (_, None) => NextRun::Idle,
+        (None, Some(name)) => NextRun::Start(name),
+        (None, None) => NextRun::Idle,
     }
 }
 
-/// Rule 5: an Automatic tenant that is not provisioned gets its Provision run, one per generation, a
-/// failed one retried after [`retry_delay`] up to [`MAX_PROVISION_ATTEMPTS`] times.
+/// Rule 5: an Automatic tenant that is not provisioned gets its Provision run, one at a time, a
+/// failed one retried after [`retry_delay`].
 pub fn automatic_provision(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> NextRun {
     if tenant.spec.provisioning != ProvisioningPolicy::Automatic
         || tenant.is_provisioned()
@@ -591,13 +638,7 @@ pub fn automatic_provision(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp
     {
         return NextRun::Idle;
     }
-    next_attempt(
-        tenant,
-        runs,
-        RunAction::Provision,
-        MAX_PROVISION_ATTEMPTS,
-        Retry::WithBackoff { now },
-    )
+    next_attempt(tenant, runs, RunAction::Provision, now)
 }
 
 /// A new RunJob for `tenant`, owned by it and carrying the RunJob controller's finalizer from birth
@@ -624,6 +665,10 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
                     crate::labels::TENANT_UID.to_owned(),
                     tenant.uid().unwrap_or_default(),
                 );
+                labels.insert(
+                    crate::labels::GENERATION.to_owned(),
+                    generation(tenant).to_string(),
+                );
                 labels
             }),
             ..ObjectMeta::default()
@@ -639,23 +684,13 @@ pub fn new_run_job(tenant: &Tenant, name: &str, action: RunAction) -> RunJob {
 /// Provision it is never below this generation's first serial, so a click racing the reconciler names
 /// the same run.
 pub fn next_run_by_hand(tenant: &Tenant, runs: &[Arc<RunJob>], action: RunAction) -> String {
-    let name = tenant.name_any();
-    let prefix = format!("{name}-{}-", action.as_str().to_ascii_lowercase());
-    let serial = |n: &str| n.strip_prefix(&prefix).and_then(|s| s.parse::<u64>().ok());
-    let highest = runs
-        .iter()
-        .filter_map(|r| r.metadata.name.as_deref().and_then(serial))
-        .chain(tenant.history().iter().filter_map(|h| serial(&h.name)))
-        .max()
-        .unwrap_or(0);
     let first = match (action, tenant.spec.provisioning) {
         (RunAction::Provision, ProvisioningPolicy::Automatic) => {
-            generation(tenant) * ATTEMPTS_PER_GENERATION
+            generation(tenant) * FIRST_SERIAL_PER_GENERATION
         }
         _ => 0,
     };
-    let tenant_name = TenantName::parse(&name).expect("stored tenants have valid names");
-    tenant_name.run_job(action.as_str(), (highest + 1).max(first))
+    next_run_name(tenant, runs, action, first).expect("stored tenants have valid names")
 }
 
 pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action> {
@@ -680,28 +715,37 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
     // No run is made for a tenant before it carries the reclaim finalizer: a deletion meanwhile would
     // leave what the run created in ClickHouse behind.
     let finalized = reclaim::ensure_finalizer(&tenant, &ctx).await?;
-    let mut next = Action::await_change();
+    // The retries no watch event will announce: the reconciler wakes for the soonest.
+    let mut retries = Vec::new();
 
     // Rule 4.
-    if finalized && let Some((action, run_name)) = lock_run_needed(&tenant, &runs) {
-        runs.extend(create_run(&tenant, &run_name, action, &ctx).await?);
+    match lock_run_needed(&tenant, &runs, now) {
+        (action, NextRun::Start(run_name)) if finalized => {
+            runs.extend(create_run(&tenant, &run_name, action, &ctx).await?);
+        }
+        (_, next) => retries.extend(next.retry_at()),
     }
     // Rule 6.
-    if finalized && let Some(run_name) = limits_run_needed(&tenant, &runs) {
-        runs.extend(create_run(&tenant, &run_name, RunAction::SetLimits, &ctx).await?);
+    match limits_run_needed(&tenant, &runs, now) {
+        NextRun::Start(run_name) if finalized => {
+            runs.extend(create_run(&tenant, &run_name, RunAction::SetLimits, &ctx).await?);
+        }
+        next => retries.extend(next.retry_at()),
     }
     // Rule 5.
     match automatic_provision(&tenant, &runs, now) {
         NextRun::Start(run_name) if finalized => {
             runs.extend(create_run(&tenant, &run_name, RunAction::Provision, &ctx).await?);
         }
-        NextRun::RetryAt { at, .. } => next = requeue_at(at, now),
-        _ => {}
+        next => retries.extend(next.retry_at()),
     }
 
     // Rules 2, 3, 7, 8.
     write_status(&tenant, &runs, now, &ctx).await?;
-    Ok(next)
+    Ok(match retries.into_iter().min() {
+        Some(at) => requeue_at(at, now),
+        None => Action::await_change(),
+    })
 }
 
 /// Rule 1: a tenant being deleted waits for its runs, gets its Deprovision run, and is released once
@@ -854,6 +898,7 @@ mod tests {
                 finished_at.parse().unwrap(),
             ),
             log_tail: None,
+            generation: Some(1),
         }
     }
 
@@ -926,7 +971,121 @@ mod tests {
         ];
         let tenant = provisioned(false, false, history);
         assert_eq!(enforced_lock(&tenant, &[]), Some(false));
-        assert_eq!(lock_run_needed(&tenant, &[]), None);
+        assert_eq!(
+            lock_run_needed(&tenant, &[], at.parse().unwrap()),
+            (RunAction::Resume, NextRun::Idle)
+        );
+    }
+
+    /// 15 s doubling per failure, capped at 5 minutes, the upper half jittered by the tenant's uid:
+    /// the same retry gets the same time on every reconcile, and tenants that failed together come
+    /// back spread out.
+    #[test]
+    fn the_retry_delay_doubles_to_five_minutes_and_is_the_same_on_every_reconcile() {
+        let tenant = provisioned(false, false, vec![]);
+        for (failures, step) in [
+            (1, 15),
+            (2, 30),
+            (3, 60),
+            (4, 120),
+            (5, 240),
+            (6, 300),
+            (40, 300),
+        ] {
+            let delay = retry_delay(&tenant, RunAction::Provision, failures).as_secs_f64();
+            let step = step as f64;
+            assert!(
+                (step / 2.0..=step).contains(&delay),
+                "failure {failures}: {delay} s is outside [{}, {step}]",
+                step / 2.0
+            );
+            assert_eq!(
+                retry_delay(&tenant, RunAction::Provision, failures).as_secs_f64(),
+                delay
+            );
+        }
+        let spread: std::collections::BTreeSet<i64> = (0..100)
+            .map(|i| {
+                let mut t = tenant.clone();
+                t.metadata.uid = Some(format!("uid-{i}"));
+                retry_delay(&t, RunAction::Provision, 6).as_millis() as i64 / 1000
+            })
+            .collect();
+        assert!(
+            spread.len() > 50,
+            "100 tenants retry in only {} distinct seconds",
+            spread.len()
+        );
+    }
+
+    /// Twelve failed attempts in a row (more than the old limit of four, and more than the ten serials
+    /// a generation once had): the next one is still scheduled, then started under a fresh name.
+    #[test]
+    fn attempts_never_run_out() {
+        let history: Vec<RunRecord> = (0..12)
+            .map(|i| {
+                let at = format!("2026-12-01T12:{:02}:00Z", i * 4);
+                record(&format!("acme-provision-{}", 10 + i), RunPhase::Failed, &at)
+            })
+            .collect();
+        let tenant = provisioned(false, false, history);
+        let last: Timestamp = "2026-12-01T12:44:00Z".parse().unwrap();
+        let next = next_attempt(&tenant, &[], RunAction::Provision, last);
+        let NextRun::RetryAt { attempt, at } = next else {
+            panic!("{next:?}")
+        };
+        assert_eq!(attempt, 13);
+        let wait = at.duration_since(last).as_secs();
+        assert!((150..=300).contains(&wait), "{wait} s");
+        assert_eq!(
+            next_attempt(&tenant, &[], RunAction::Provision, at),
+            NextRun::Start("acme-provision-22".into())
+        );
+    }
+
+    /// A run being cleaned up is in the history and still live (its finalizer not yet removed) for a
+    /// moment: it is one attempt, not two, so the next attempt's number and time do not move.
+    #[test]
+    fn a_run_recorded_while_it_is_still_live_counts_once() {
+        let at = "2026-12-01T12:00:00Z";
+        let tenant = provisioned(
+            false,
+            false,
+            vec![record("acme-provision-10", RunPhase::Failed, at)],
+        );
+        let mut live = new_run_job(&tenant, "acme-provision-10", RunAction::Provision);
+        live.metadata.uid = Some("uid-acme-provision-10".into());
+        live.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at.parse().unwrap()),
+        );
+        let now: Timestamp = "2026-12-01T12:00:01Z".parse().unwrap();
+        let alone = next_attempt(&tenant, &[], RunAction::Provision, now);
+        assert!(
+            matches!(alone, NextRun::RetryAt { attempt: 2, .. }),
+            "{alone:?}"
+        );
+        assert_eq!(
+            next_attempt(&tenant, &[Arc::new(live)], RunAction::Provision, now),
+            alone
+        );
+    }
+
+    /// A run named like one of ours but without our generation label (made by hand with `kubectl`, or
+    /// before the label existed) is not an attempt: it delays nothing, and its serial is skipped.
+    #[test]
+    fn runs_without_the_generation_label_are_not_attempts() {
+        let mut foreign = record(
+            "acme-provision-10",
+            RunPhase::Failed,
+            "2026-12-01T12:00:00Z",
+        );
+        foreign.generation = None;
+        let tenant = provisioned(false, false, vec![foreign]);
+        let now = "2026-12-01T12:00:01Z".parse().unwrap();
+        assert_eq!(
+            next_attempt(&tenant, &[], RunAction::Provision, now),
+            NextRun::Start("acme-provision-11".into())
+        );
     }
 
     #[test]
@@ -936,25 +1095,24 @@ mod tests {
         let idle = NextRun::Idle;
         assert_eq!(
             failed_message(&[], std::slice::from_ref(&failed), &idle),
-            "Provision run acme-provision-1 failed"
+            "Provision run acme-provision-1 failed. Fix the cause, then click Retry"
         );
         failed.message = "ClickHouse refused the login".into();
         assert_eq!(
             failed_message(&[], std::slice::from_ref(&failed), &idle),
-            "Provision run acme-provision-1 failed: ClickHouse refused the login"
+            "Provision run acme-provision-1 failed: ClickHouse refused the login. Fix the cause, then click Retry"
         );
-        assert_eq!(failed_message(&[], &[], &idle), "Provision run failed");
+        assert_eq!(
+            failed_message(&[], &[], &idle),
+            "Provision run failed. Fix the cause, then click Retry"
+        );
         let retry = NextRun::RetryAt {
             attempt: 2,
             at: "2026-12-01T12:00:15Z".parse().unwrap(),
         };
         assert_eq!(
-            failed_message(&[], std::slice::from_ref(&failed), &retry),
-            "Provision run acme-provision-1 failed: ClickHouse refused the login. Attempt 2 of 4 starts at 2026-12-01T12:00:15Z"
-        );
-        assert_eq!(
-            failed_message(&[], &[failed], &NextRun::GaveUp),
-            "Provision run acme-provision-1 failed: ClickHouse refused the login. Gave up after 4 attempts for this spec: fix the cause, then click Retry or change the spec"
+            failed_message(&[], &[failed], &retry),
+            "Provision run acme-provision-1 failed: ClickHouse refused the login. Attempt 2 starts at 2026-12-01T12:00:15Z (retried until it succeeds)"
         );
     }
 
@@ -994,6 +1152,7 @@ mod tests {
                 ("app.kubernetes.io/part-of", "sentry-tenants"),
                 ("app.kubernetes.io/version", env!("CARGO_PKG_VERSION")),
                 ("sentry.io/action", "suspend"),
+                ("sentry.io/generation", "1"),
                 ("sentry.io/tenant", "acme"),
                 ("sentry.io/tenant-uid", "uid-acme"),
             ]

@@ -207,6 +207,16 @@ impl RunJob {
         !self.is_finished() && self.metadata.deletion_timestamp.is_none()
     }
 
+    /// The Tenant generation this run was made for, from its [`crate::labels::GENERATION`] label.
+    pub fn made_for_generation(&self) -> Option<u64> {
+        self.metadata
+            .labels
+            .as_ref()?
+            .get(crate::labels::GENERATION)?
+            .parse()
+            .ok()
+    }
+
     /// Whether this run was made for `tenant` itself, not for an earlier Tenant of the same name: its
     /// Tenant owner reference, else its tenant-uid label, names that uid. A run made by hand that
     /// neither names yet (the RunJob controller adds them) goes by `spec.tenant` alone.

@@ -351,9 +351,38 @@ pub struct RunRecord {
     pub finished_at: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<String>,
+    /// The Tenant generation the run was made for (its `sentry.io/generation` label); absent on runs
+    /// made before the label existed and on RunJobs made by hand without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
+/// The conditions whose reason says a run the reconciler makes failed and is being retried: the
+/// tenant's wanted state is not what ClickHouse has, and its next attempt is scheduled. The
+/// `tenants_retrying` metric, the dashboard's needs-attention list and the docs go by these pairs.
+pub const RETRYING: [(&str, &str); 5] = [
+    ("Provisioned", "ProvisionRetrying"),
+    ("AccessLocked", "LockFailed"),
+    ("AccessLocked", "UnlockFailed"),
+    ("LimitsEnforced", "ApplyFailed"),
+    ("Reclaimed", "DeprovisionRetrying"),
+];
+
 impl Tenant {
+    /// The types of this tenant's conditions that say a run is being retried (see [`RETRYING`]).
+    pub fn retrying(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let conditions = self.status.as_ref().map(|s| s.conditions.as_slice());
+        RETRYING
+            .iter()
+            .filter(move |(type_, reason)| {
+                conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == *type_ && c.reason == *reason)
+            })
+            .map(|(type_, _)| *type_)
+    }
+
     pub fn phase(&self) -> Option<TenantPhase> {
         self.status.as_ref().and_then(|s| s.phase)
     }

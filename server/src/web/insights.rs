@@ -202,7 +202,7 @@ fn tenant_attention(t: &Tenant, now: Timestamp) -> Vec<(u8, Attention)> {
         }
         Some(TenantPhase::Terminating) => {
             let reclaimed = condition("Reclaimed");
-            let failed = reclaimed.is_some_and(|c| c.reason == "DeprovisionFailed");
+            let failed = reclaimed.is_some_and(|c| c.reason == "DeprovisionRetrying");
             let deleted = t.metadata.deletion_timestamp.as_ref().map(|d| d.0);
             let stuck = deleted.is_some_and(|at| since(at) > STUCK_AFTER);
             if failed || stuck {
@@ -275,7 +275,7 @@ mod tests {
     }
 
     #[test]
-    fn attention_lists_what_gave_up_or_is_stuck_most_urgent_first() {
+    fn attention_lists_what_is_failing_or_stuck_most_urgent_first() {
         let now = at("2026-12-02T10:30:00Z");
         let tenants = [
             tenant(
@@ -299,13 +299,13 @@ mod tests {
             tenant(
                 "locked",
                 serde_json::json!({"phase": "Active", "conditions": [
-                condition("AccessLocked", "LockFailed", "locking failed on every attempt", "2026-12-02T10:00:00Z")]}),
+                condition("AccessLocked", "LockFailed", "Suspend run locked-suspend-10 failed. Attempt 2 starts at …", "2026-12-02T10:00:00Z")]}),
                 None,
             ),
             tenant(
                 "gone",
                 serde_json::json!({"phase": "Terminating", "conditions": [
-                condition("Reclaimed", "DeprovisionRetrying", "attempt 2 of 4 starts at …", "2026-12-02T10:00:00Z")]}),
+                condition("Reclaimed", "DeprovisionRetrying", "Deprovision run gone-deprovision-10 failed. Attempt 2 starts at …", "2026-12-02T10:00:00Z")]}),
                 Some("2026-12-02T10:15:00Z"),
             ),
             tenant(
@@ -332,8 +332,8 @@ mod tests {
             seen,
             [
                 ("broken", "Provisioning failed"),
-                ("locked", "Logins not locked"),
                 ("gone", "Terminating for 15 min"),
+                ("locked", "Logins not locked"),
                 ("slow", "Provisioning for 20 min"),
                 ("capped", "Limits not applied"),
                 ("fine", "Suspend run failed"),

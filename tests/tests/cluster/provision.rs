@@ -182,7 +182,8 @@ async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too
     let failed = tenant_in_phase(&s, "acme", TenantPhase::Failed).await;
     assert!(!failed.is_provisioned());
 
-    // An Automatic tenant's failed run is retried on its own, 15 s later, with the reason on the way.
+    // An Automatic tenant's failed run is retried on its own, 7.5 to 15 s later (the first step of the
+    // jittered backoff), with the reason on the way.
     s.apply(&tenant_with("globex", false, "Automatic"));
     let first = finished(&s, "globex-provision-10").await;
     assert_eq!(
@@ -204,7 +205,7 @@ async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too
     )
     .await;
     assert!(
-        retrying.contains("is too old") && retrying.contains("Attempt 2 of 4 starts at"),
+        retrying.contains("is too old") && retrying.contains("Attempt 2 starts at"),
         "{retrying}"
     );
     let second = finished(&s, "globex-provision-11").await;
@@ -221,7 +222,8 @@ async fn against_debians_clickhouse_18_16_the_run_fails_saying_the_server_is_too
             .unwrap()
             .0;
     assert!(
-        waited.get_seconds() >= 15,
+        // Kubernetes times are whole seconds: 7.5 s after the failure is at least 7 s on them.
+        waited.get_seconds() >= 7,
         "the second attempt started {waited:#} after the first failed"
     );
     s.assert_no_forbidden();

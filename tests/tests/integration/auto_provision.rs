@@ -1,11 +1,11 @@
 //! Rule 5 of the Tenant reconciler against the in-memory API: an Automatic tenant is provisioned with no
-//! click, one run per generation, a failed run retried after 15 s, 30 s and 60 s, four attempts in all;
+//! click, one run per generation, a failed run retried after a delay doubling from 15 s to 5 minutes,
+//! never given up;
 //! a Manual tenant waits; a click racing the reconciler starts one run.
 
 use http::{Method, Request, StatusCode, header};
 use jiff::SignedDuration;
 use kube::ResourceExt;
-use sentry_tenants::controller::tenant::MAX_PROVISION_ATTEMPTS;
 use sentry_tenants::crd::{ProvisioningPolicy, RunAction, Tenant, TenantPhase};
 use sentry_tenants_tests::dashboard::dashboard_router;
 use sentry_tenants_tests::{Cluster, requeue_secs};
@@ -133,33 +133,61 @@ async fn fail(c: &Cluster, run: &str) {
     c.settle().await;
 }
 
+/// Seven failed attempts in a row (an outage of about ten minutes): each is followed by the next after
+/// a delay that doubles from 15 s up to 5 minutes, with jitter in its upper half; the reconciler asks to
+/// be woken at that moment and starts nothing before it; `Provisioned` says when the next attempt
+/// starts; nothing is ever given up. Retry still starts the next attempt at once, and a spec change
+/// starts the new generation's attempts.
 #[tokio::test]
-async fn a_failed_automatic_run_is_retried_after_15_30_and_60_seconds_then_given_up() {
+async fn a_failed_automatic_run_is_retried_with_a_delay_doubling_to_five_minutes_and_never_given_up()
+ {
     let c = Cluster::new().await;
     c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
         .await;
     c.settle().await;
     let mut expected = vec!["acme-provision-10".to_owned()];
-    for (attempt, delay) in [(2u64, 15i64), (3, 30), (4, 60)] {
+    for (attempt, step) in [
+        (2u64, 15f64),
+        (3, 30.),
+        (4, 60.),
+        (5, 120.),
+        (6, 240.),
+        (7, 300.),
+    ] {
         let failed = expected.last().unwrap().clone();
         fail(&c, &failed).await;
         let t = c.tenant("acme").await;
         assert_eq!(t.phase(), Some(TenantPhase::Failed));
-        let at = (c.clock.now() + SignedDuration::from_secs(delay)).strftime("%Y-%m-%dT%H:%M:%SZ");
+        c.sync_stores().await;
+        let metrics = c.ctx.metrics.render(&c.ctx.stores);
+        assert!(
+            metrics.contains("sentry_tenants_tenants_retrying{condition=\"Provisioned\"} 1")
+                && metrics
+                    .contains("sentry_tenants_tenants_retrying{condition=\"AccessLocked\"} 0"),
+            "{metrics}"
+        );
+        // The reconciler asks to be woken when the next attempt is due, and starts nothing before it.
+        let wake = requeue_secs(&c.reconcile_tenant("acme").await).expect("a wake-up");
+        assert!(
+            (step / 2.0..=step).contains(&wake),
+            "attempt {attempt}: {wake} s is outside [{}, {step}]",
+            step / 2.0
+        );
+        let at =
+            (c.clock.now() + SignedDuration::from_secs_f64(wake)).strftime("%Y-%m-%dT%H:%M:%SZ");
         assert_eq!(
             provisioned_condition(&t),
             (
                 "False".into(),
                 "ProvisionRetrying".into(),
                 format!(
-                    "Provision run {failed} failed: Job failed (BackoffLimitExceeded): ClickHouse unreachable. Attempt {attempt} of 4 starts at {at}"
+                    "Provision run {failed} failed: Job failed (BackoffLimitExceeded): ClickHouse unreachable. \
+                     Attempt {attempt} starts at {at} (retried until it succeeds)"
                 )
             )
         );
-        // The reconciler asks to be woken at exactly that moment, and starts nothing before it.
-        let wake = requeue_secs(&c.reconcile_tenant("acme").await);
-        assert_eq!(wake, Some(delay as f64), "attempt {attempt}");
-        c.clock.advance(SignedDuration::from_secs(delay - 1));
+        c.clock
+            .advance(SignedDuration::from_secs(wake.ceil() as i64 - 1));
         c.settle().await;
         assert_eq!(
             every_attempt(&c, "acme").await,
@@ -168,7 +196,7 @@ async fn a_failed_automatic_run_is_retried_after_15_30_and_60_seconds_then_given
         );
         c.clock.advance(SignedDuration::from_secs(1));
         c.settle().await;
-        expected.push(format!("acme-provision-1{}", attempt - 1));
+        expected.push(format!("acme-provision-{}", 9 + attempt));
         assert_eq!(
             every_attempt(&c, "acme").await,
             expected,
@@ -179,45 +207,25 @@ async fn a_failed_automatic_run_is_retried_after_15_30_and_60_seconds_then_given
             Some(TenantPhase::Provisioning)
         );
     }
-    fail(&c, "acme-provision-13").await;
-    let t = c.tenant("acme").await;
-    assert_eq!(
-        provisioned_condition(&t),
-        (
-            "False".into(),
-            "ProvisionFailed".into(),
-            "Provision run acme-provision-13 failed: Job failed (BackoffLimitExceeded): ClickHouse unreachable. Gave up after 4 attempts \
-             for this spec: fix the cause, then click Retry or change the spec"
-                .into()
-        )
-    );
-    assert_eq!(
-        c.reconcile_tenant("acme").await,
-        kube::runtime::controller::Action::await_change(),
-        "nothing left to wake up for"
-    );
-    // A day later every run is cleaned up into the history, and still no fifth attempt.
-    c.clock.advance(SignedDuration::from_secs(86_400));
-    for _ in 0..3 {
-        c.settle().await;
-    }
-    assert!(provision_runs(&c).await.is_empty());
-    assert_eq!(every_attempt(&c, "acme").await, expected);
-    assert_eq!(c.log.creates_of("runjobs") as u64, MAX_PROVISION_ATTEMPTS);
+    assert_eq!(c.log.creates_of("runjobs"), 7);
 
-    // Retry (the button's label once Failed) starts the next attempt by hand ...
+    // Retry (the button's label once Failed) starts the next attempt at once, without the wait ...
+    fail(&c, "acme-provision-16").await;
     let (status, body) = click_provision(&c, "acme").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert!(body.contains("run acme-provision-14 started"), "{body}");
+    assert!(body.contains("run acme-provision-17 started"), "{body}");
     c.settle().await;
-    fail(&c, "acme-provision-14").await;
-    // ... and a spec change starts a new generation's attempts.
+    fail(&c, "acme-provision-17").await;
+    // ... and a spec change starts a new generation's attempts, at once too.
     c.patch_spec("acme", json!({"displayName": "Acme"})).await;
     c.settle().await;
+    let live = provision_runs(&c).await;
     assert_eq!(
-        provision_runs(&c).await,
-        ["acme-provision-14", "acme-provision-20"]
+        live.last().map(String::as_str),
+        Some("acme-provision-20"),
+        "{live:?}"
     );
+    assert_eq!(c.log.creates_of("runjobs"), 9);
 }
 
 #[tokio::test]

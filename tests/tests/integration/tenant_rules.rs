@@ -4,7 +4,7 @@ use http::Method;
 use jiff::SignedDuration;
 use kube::ResourceExt;
 use sentry_tenants::controller::HISTORY_LIMIT;
-use sentry_tenants::crd::{RunAction, RunPhase, TenantPhase};
+use sentry_tenants::crd::{RunAction, TenantPhase};
 use sentry_tenants_tests::Cluster;
 
 fn condition<'a>(
@@ -86,12 +86,16 @@ async fn suspending_a_provisioned_tenant_creates_one_suspend_run_once() {
     );
 }
 
+/// An outage never makes the reconciler give up on a lock: each failed Suspend run is followed, after
+/// a delay that grows to 5 minutes, by another, for as long as it takes (here seven attempts — more
+/// than the three there used to be), and the `AccessLocked` condition says meanwhile that locking
+/// failed and when the next attempt starts.
 #[tokio::test]
-async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cleanup() {
+async fn a_failed_suspend_run_is_retried_with_growing_delays_until_it_succeeds() {
     let c = active_tenant("acme").await;
     c.set_suspended("acme", true).await;
     let mut failed = Vec::new();
-    for attempt in 0..sentry_tenants::controller::tenant::MAX_SYNC_ATTEMPTS {
+    for attempt in 1..=6 {
         c.settle().await;
         let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
         let in_flight: Vec<_> = runs
@@ -103,35 +107,47 @@ async fn a_failed_suspend_run_is_retried_a_bounded_number_of_times_even_after_cl
         assert!(!failed.contains(&name), "a fresh name per attempt");
         c.job_failed(&name, "BackoffLimitExceeded", "clickhouse unreachable")
             .await;
-        failed.push(name);
-        if attempt == 0 {
-            // Cleanup moves the failure into the history; it still counts.
-            c.settle().await;
-            c.clock.advance(SignedDuration::from_secs(301));
-        }
-    }
-    for _ in 0..3 {
+        failed.push(name.clone());
         c.settle().await;
+        let waiting = condition(&c.tenant("acme").await, "AccessLocked").clone();
+        assert_eq!(
+            (waiting.status.as_str(), waiting.reason.as_str()),
+            ("False", "LockFailed")
+        );
+        let next = format!("Attempt {} starts at", attempt + 1);
+        assert!(
+            waiting
+                .message
+                .contains(&format!("Suspend run {name} failed"))
+                && waiting.message.contains(&next),
+            "{}",
+            waiting.message
+        );
+        assert_eq!(
+            c.log.creates_of("runjobs"),
+            attempt,
+            "the next attempt waits for its time"
+        );
+        // Past the longest delay (5 minutes): the retry is due; the failed run is cleaned up into
+        // the history, where it still counts.
+        c.clock.advance(SignedDuration::from_secs(301));
     }
-    assert_eq!(
-        c.log.creates_of("runjobs") as u64,
-        sentry_tenants::controller::tenant::MAX_SYNC_ATTEMPTS,
-        "no attempt beyond the limit: {failed:?}"
-    );
-    assert_eq!(c.tenant("acme").await.history()[0].phase, RunPhase::Failed);
-    let gave_up = condition(&c.tenant("acme").await, "AccessLocked").clone();
-    assert_eq!(
-        (gave_up.status.as_str(), gave_up.reason.as_str()),
-        ("False", "LockFailed")
-    );
-    // A new spec change (a new generation) gets a fresh set of attempts.
-    c.set_suspended("acme", false).await;
-    c.set_suspended("acme", true).await;
+    c.settle().await;
+    assert_eq!(c.log.creates_of("runjobs"), 7, "{failed:?}");
+    let runs = c.runjobs().list(&Default::default()).await.unwrap().items;
+    let last = runs
+        .iter()
+        .find(|r| r.spec.action == RunAction::Suspend && r.is_in_flight())
+        .expect("the seventh attempt")
+        .name_any();
+    c.job_succeeded(&last).await;
+    c.report_access_locked("acme", true).await;
     c.settle().await;
     assert_eq!(
-        c.log.creates_of("runjobs") as u64,
-        sentry_tenants::controller::tenant::MAX_SYNC_ATTEMPTS + 1
+        condition(&c.tenant("acme").await, "AccessLocked").reason,
+        "LoginsLocked"
     );
+    assert_eq!(c.log.creates_of("runjobs"), 7);
 }
 
 #[tokio::test]

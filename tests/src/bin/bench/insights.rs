@@ -50,6 +50,7 @@ fn with_full_history(mut t: Tenant, now: jiff::Timestamp) -> Tenant {
                 )),
                 finished_at: Time(finished),
                 log_tail: None,
+                generation: Some(1),
             }
         })
         .collect();
