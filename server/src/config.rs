@@ -56,7 +56,29 @@ pub struct OperatorConfig {
     /// ConfigMap (key `ca.crt`) mounted into provisioning Jobs to verify an `https://` ClickHouse URL.
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CA_CONFIGMAP")]
     pub clickhouse_ca_configmap: Option<String>,
+    /// Runs that may have a Job (a pod, a ClickHouse session) at once; further runs wait, oldest first.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_MAX_CONCURRENT_RUNS",
+        default_value_t = crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+        value_parser = clap::value_parser!(u16).range(1..=MAX_CONCURRENT_RUNS_LIMIT as i64)
+    )]
+    pub max_concurrent_runs: u16,
+    /// Reconciles each controller runs at once (each is mostly waiting on the API).
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_MAX_CONCURRENT_RECONCILES",
+        default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub max_concurrent_reconciles: u16,
 }
+
+/// The highest `--max-concurrent-runs` accepted.
+pub const MAX_CONCURRENT_RUNS_LIMIT: u16 = 1000;
+/// Reconciles per controller at once, by default: enough to keep the API busy, bounded so that gaining
+/// leadership over 20,000 objects queues them instead of starting 20,000 at once.
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 16;
 
 impl OperatorConfig {
     /// Checks every setting before the process connects anywhere: a typo is one clear line at start,
@@ -88,6 +110,8 @@ impl OperatorConfig {
             clickhouse_cluster: None,
             clickhouse_prefix: None,
             clickhouse_ca_configmap: None,
+            max_concurrent_runs: crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
         }
     }
 }

@@ -93,7 +93,8 @@ struct Shared {
 pub struct ClickHouseStandIn {
     pub url: String,
     shared: Shared,
-    task: tokio::task::JoinHandle<()>,
+    task: Mutex<tokio::task::JoinHandle<()>>,
+    addr: std::net::SocketAddr,
 }
 
 #[derive(Deserialize, Default)]
@@ -237,16 +238,9 @@ impl ClickHouseStandIn {
             .await
             .expect("bind the stand-in");
         let addr = listener.local_addr().expect("address");
-        let app = axum::Router::new()
-            .route("/", axum::routing::post(handle).get(handle))
-            .with_state(shared.clone());
+        let app = app(&shared);
         let (url, task) = match tls {
-            None => (
-                format!("http://{addr}"),
-                tokio::spawn(async move {
-                    let _ = axum::serve(listener, app).await;
-                }),
-            ),
+            None => (format!("http://{addr}"), serve_plain(listener, app)),
             Some(config) => {
                 let tls =
                     crate::tls::TlsListener::new(listener, tokio_rustls::TlsAcceptor::from(config))
@@ -259,7 +253,31 @@ impl ClickHouseStandIn {
                 )
             }
         };
-        Self { url, shared, task }
+        Self {
+            url,
+            shared,
+            task: Mutex::new(task),
+            addr,
+        }
+    }
+
+    /// An outage as a crashed or restarting server shows it: the listener closes, so every new
+    /// connection is refused until [`Self::come_back`]. What it stored is kept. (Plain HTTP only.)
+    pub async fn go_down(&self) {
+        let task = std::mem::replace(
+            &mut *self.task.lock().expect("lock"),
+            tokio::spawn(async {}),
+        );
+        task.abort();
+        let _ = task.await;
+    }
+
+    /// Listens again on the same address, with the same users and databases.
+    pub async fn come_back(&self) {
+        let listener = tokio::net::TcpListener::bind(self.addr)
+            .await
+            .expect("bind the stand-in's address again");
+        *self.task.lock().expect("lock") = serve_plain(listener, app(&self.shared));
     }
 
     pub fn set_delay(&self, delay: std::time::Duration) {
@@ -329,6 +347,21 @@ impl ClickHouseStandIn {
 
 impl Drop for ClickHouseStandIn {
     fn drop(&mut self) {
-        self.task.abort();
+        self.task.lock().expect("lock").abort();
     }
+}
+
+fn app(shared: &Shared) -> axum::Router {
+    axum::Router::new()
+        .route("/", axum::routing::post(handle).get(handle))
+        .with_state(shared.clone())
+}
+
+fn serve_plain(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    })
 }

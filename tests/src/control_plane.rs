@@ -244,15 +244,25 @@ where
 }
 
 /// Polls `f` until it returns something; panics only after [`PATIENCE`].
-pub async fn wait_until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+pub async fn wait_until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    wait_until_within(what, PATIENCE, f).await
+}
+
+/// [`wait_until`] for what the product itself schedules later than [`PATIENCE`] (a retry after a
+/// backoff of minutes): panics only after `patience`.
+pub async fn wait_until_within<T>(
+    what: &str,
+    patience: std::time::Duration,
+    mut f: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let started = Instant::now();
     loop {
         if let Some(v) = f().await {
             return v;
         }
         assert!(
-            started.elapsed() < PATIENCE,
-            "still waiting after {PATIENCE:?} for {what}"
+            started.elapsed() < patience,
+            "still waiting after {patience:?} for {what}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }

@@ -134,6 +134,7 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         clickhouse_prefix: sentry_tenants::names::ClickHousePrefix::for_namespace(namespace)
             .to_string(),
         clickhouse_ca_configmap: None,
+        max_concurrent_runs: sentry_tenants::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
         read_only_dashboard: false,
         aggregate_to_view_edit: false,
         version: env!("CARGO_PKG_VERSION").into(),
@@ -752,6 +753,20 @@ impl Cluster {
 
     /// A cluster whose manual clock starts at `start`.
     pub async fn starting_at(start: Timestamp) -> Self {
+        Self::with_config(start, OperatorConfig::for_namespace(NS)).await
+    }
+
+    /// A cluster whose operator has `--max-concurrent-runs cap`.
+    pub async fn with_max_concurrent_runs(cap: u16) -> Self {
+        let now = Timestamp::from_second(Timestamp::now().as_second()).expect("in range");
+        let config = OperatorConfig {
+            max_concurrent_runs: cap,
+            ..OperatorConfig::for_namespace(NS)
+        };
+        Self::with_config(now, config).await
+    }
+
+    async fn with_config(start: Timestamp, config: OperatorConfig) -> Self {
         let fake = kube_fake_client::ClientBuilder::new()
             .with_resource::<Tenant>()
             .with_resource::<RunJob>()
@@ -789,7 +804,7 @@ impl Cluster {
         let clock = Clock::manual(start);
         let ctx = Arc::new(Context::new(
             client.clone(),
-            OperatorConfig::for_namespace(NS),
+            config,
             stores,
             Arc::new(Metrics::default()),
             clock.clone(),

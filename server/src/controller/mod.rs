@@ -6,6 +6,7 @@ pub mod job;
 pub mod reclaim;
 mod run_index;
 pub mod runjob;
+pub mod slots;
 pub mod tenant;
 mod wiring;
 
@@ -76,6 +77,8 @@ pub struct Context {
     pub leader: watch::Receiver<bool>,
     pub recorder: Recorder,
     pub backoff: Arc<ErrorBackoff>,
+    /// The cap on runs in flight (`--max-concurrent-runs`).
+    pub slots: Arc<slots::RunSlots>,
 }
 
 impl Context {
@@ -93,6 +96,7 @@ impl Context {
         };
         let recorder = Recorder::new(client.clone(), reporter);
         Self {
+            slots: slots::RunSlots::new(config.max_concurrent_runs),
             client,
             config,
             stores,

@@ -25,6 +25,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::job::build_job;
+use super::slots::Admission;
 use super::{
     Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed,
     replace_finalizers, requeue_at, write_params,
@@ -61,6 +62,7 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
     let problem = (!started)
         .then(|| tenant_problem(&run, tenant.as_deref()))
         .flatten();
+    let mut poll = Duration::from_secs(5);
     let desired = match problem {
         // Rule 3.
         Some(problem) => failed(&run, &problem, now),
@@ -68,6 +70,11 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
         None => match get_or_create_job(&run, &ctx).await? {
             JobLookup::Ours(job) => status_from_job(&run, &job, now),
             JobLookup::Foreign(job) => waiting_for_foreign_job(&run, &job),
+            JobLookup::Queued => {
+                // A freed slot wakes the queue's head; the poll is only the safety net.
+                poll = QUEUED_POLL;
+                queued(&run, ctx.slots.cap())
+            }
             JobLookup::Vanished => failed(&run, "its Job was deleted before it finished", now),
         },
     };
@@ -75,16 +82,24 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
     let name = name_of(run.as_ref())?;
     if patch_status_if_changed(&ctx.runjobs(), &name, run.status.as_ref(), &desired).await? {
         announce_transition(&run, tenant.as_deref(), &desired, &ctx).await;
+        if desired.phase.is_some_and(RunPhase::is_finished) {
+            // Its slot is free: the oldest queued run takes it.
+            wake_queued(&ctx);
+        }
     }
     Ok(match desired.cleanup_at.as_ref() {
         Some(at) => requeue_at(at.0, ctx.clock.now()),
         None if desired.phase == Some(RunPhase::Pending) && desired.job_ref.is_none() => {
-            // Waiting for a foreign Job to go away: poll, nothing else will wake us.
-            Action::requeue(Duration::from_secs(5))
+            // Waiting for a foreign Job to go away (nothing else will wake us), or for a slot, in
+            // case one freed in a way no reconcile saw (a Job deleted by hand).
+            Action::requeue(poll)
         }
         None => Action::await_change(),
     })
 }
+
+/// How often a queued run looks for a free slot by itself.
+const QUEUED_POLL: Duration = Duration::from_secs(30);
 
 /// Rule 1: delete the Job (Background: the batch/v1 default orphans its pods), drop the finalizer.
 async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
@@ -109,6 +124,10 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
     }
     let remaining = super::without(run.finalizers(), RUNJOB_FINALIZER);
     replace_finalizers(&ctx.runjobs(), run, remaining).await?;
+    if !run.is_finished() {
+        // A run deleted before it finished gives its slot back.
+        wake_queued(ctx);
+    }
     Ok(Action::await_change())
 }
 
@@ -216,6 +235,8 @@ enum JobLookup {
     Foreign(Arc<Job>),
     /// The run had created a Job, and it is gone before the run finished.
     Vanished,
+    /// No Job yet, and none may be made now: the runs in flight are at the cap (see `slots`).
+    Queued,
 }
 
 /// Rule 4. Never a blind create: a re-reconcile, a restart or a second replica finds the Job by name.
@@ -242,6 +263,9 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
             Some(job) => classify(Arc::new(job)),
             None => JobLookup::Vanished,
         });
+    }
+    if ctx.slots.admit(run, &ctx.stores.runjobs, &ctx.stores.jobs) == Admission::Wait {
+        return Ok(JobLookup::Queued);
     }
     match ctx
         .jobs()
@@ -371,6 +395,22 @@ fn failed(run: &RunJob, message: &str, now: Timestamp) -> RunJobStatus {
         format!("Run failed: {message}"),
         now,
     )
+}
+
+/// Pending without a Job: the stable message says why, so waiting writes nothing more.
+fn queued(run: &RunJob, cap: usize) -> RunJobStatus {
+    let mut status = run.status.clone().unwrap_or_default();
+    status.phase = Some(RunPhase::Pending);
+    status.message = Some(format!(
+        "queued: {cap} runs are in flight, the most --max-concurrent-runs allows; runs start oldest first as others finish"
+    ));
+    status
+}
+
+/// Reconciles the queued runs that may take the slots free now.
+fn wake_queued(ctx: &Context) {
+    ctx.slots
+        .wake_next(&ctx.config.namespace, &ctx.stores.runjobs, &ctx.stores.jobs);
 }
 
 fn waiting_for_foreign_job(run: &RunJob, job: &Job) -> RunJobStatus {

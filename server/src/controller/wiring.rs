@@ -301,8 +301,15 @@ pub async fn run_controllers(
 
     let watches = watch_caches(client, &ns, &ctx.stores, (tw, rw, Some(jw)));
 
+    let config = kube::runtime::controller::Config::default()
+        .concurrency(ctx.config.max_concurrent_reconciles);
+    let slot_wake_ups = ctx
+        .slots
+        .take_wake_ups()
+        .expect("the RunJob controller is started once per process");
     let tenant_controller =
         Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
+            .with_config(config.clone())
             .watches_shared_stream(subscribe_runs_a, tenant_of_run)
             .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
             .graceful_shutdown_on(shutdown.clone())
@@ -314,7 +321,9 @@ pub async fn run_controllers(
             .for_each(|result| log_result("tenant", result));
     let run_controller =
         Controller::for_shared_stream(subscribe_runs_b, ctx.stores.runjobs.clone())
+            .with_config(config)
             .owns_shared_stream(subscribe_jobs)
+            .reconcile_on(slot_wake_ups)
             .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
             .graceful_shutdown_on(shutdown.clone())
             .run(

@@ -27,6 +27,8 @@ pub struct Values {
     pub clickhouse_prefix: String,
     /// ConfigMap (key `ca.crt`) with the CA bundle that verifies an `https://` ClickHouse URL.
     pub clickhouse_ca_configmap: Option<String>,
+    /// Runs that may have a Job at once (`--max-concurrent-runs`).
+    pub max_concurrent_runs: u16,
     pub read_only_dashboard: bool,
     /// Add ClusterRoles that aggregate tenants and runjobs into the built-in view/edit/admin roles.
     pub aggregate_to_view_edit: bool,
@@ -231,6 +233,7 @@ struct SettingsTemplate<'a> {
     clickhouse_cluster: &'a Option<String>,
     clickhouse_prefix: &'a str,
     clickhouse_ca_configmap: &'a Option<String>,
+    max_concurrent_runs: u16,
     read_only_dashboard: bool,
     version: &'a str,
 }
@@ -246,6 +249,7 @@ impl Values {
             clickhouse_cluster: &self.clickhouse_cluster,
             clickhouse_prefix: &self.clickhouse_prefix,
             clickhouse_ca_configmap: &self.clickhouse_ca_configmap,
+            max_concurrent_runs: self.max_concurrent_runs,
             read_only_dashboard: self.read_only_dashboard,
             version: &self.version,
         };
@@ -403,10 +407,35 @@ pub(crate) mod tests {
             clickhouse_cluster: None,
             clickhouse_prefix: "st4051f908cd".into(),
             clickhouse_ca_configmap: None,
+            max_concurrent_runs: crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
             read_only_dashboard: false,
             aggregate_to_view_edit: false,
             version: env!("CARGO_PKG_VERSION").into(),
         }
+    }
+
+    #[test]
+    fn the_cap_on_runs_in_flight_reaches_the_operators_configmap() {
+        let setting = |v: &Values| {
+            let objects = v.objects().unwrap();
+            let cm = objects
+                .iter()
+                .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
+                .unwrap()
+                .clone();
+            cm.data["data"]["SENTRY_TENANTS_MAX_CONCURRENT_RUNS"].clone()
+        };
+        assert_eq!(setting(&values()), "20");
+        let five = Values {
+            max_concurrent_runs: 5,
+            ..values()
+        };
+        assert_eq!(setting(&five), "5");
+        assert_ne!(
+            five.settings_checksum(),
+            values().settings_checksum(),
+            "pods roll"
+        );
     }
 
     #[test]

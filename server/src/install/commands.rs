@@ -49,6 +49,14 @@ pub struct InstallArgs {
     /// --clickhouse-url, instead of the system's roots; mounted into every provisioning Job.
     #[arg(long)]
     pub clickhouse_ca_configmap: Option<String>,
+    /// Runs that may have a Job (a pod, a ClickHouse session) at once; further runs wait, oldest
+    /// first. Bounds the load a burst of Tenants puts on the nodes and on ClickHouse.
+    #[arg(
+        long,
+        default_value_t = crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+        value_parser = clap::value_parser!(u16).range(1..=crate::config::MAX_CONCURRENT_RUNS_LIMIT as i64)
+    )]
+    pub max_concurrent_runs: u16,
     /// Read the ClickHouse admin password from standard input (one line) and create or update the
     /// admin Secret with it and --clickhouse-admin-user; without it, the Secret must already exist.
     #[arg(long)]
@@ -99,6 +107,7 @@ impl InstallArgs {
                 crate::names::ClickHousePrefix::for_namespace(&self.namespace).to_string()
             }),
             clickhouse_ca_configmap: self.clickhouse_ca_configmap.clone(),
+            max_concurrent_runs: self.max_concurrent_runs,
             read_only_dashboard: self.read_only_dashboard,
             aggregate_to_view_edit: self.aggregate_to_view_edit,
             version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -16,6 +16,7 @@ mod limits;
 mod local_dashboard;
 mod node;
 mod operator;
+mod outage;
 mod ownership;
 mod provision;
 mod rbac;

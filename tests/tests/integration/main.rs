@@ -19,6 +19,7 @@ mod limits;
 mod operator_process;
 mod provisioner;
 mod reclaim;
+mod run_cap;
 mod runjob_rules;
 mod stale_cache_drill;
 mod tenant_rules;

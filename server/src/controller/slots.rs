@@ -1,0 +1,167 @@
+//! The cap on runs in flight (`--max-concurrent-runs`). A run gets its Job only while fewer than the
+//! cap of the operator's Jobs are unfinished; the others stay `Pending` and start oldest first
+//! (creation time, then name) as slots free up. 10,000 Tenants applied at once then make at most the
+//! cap of pods and of ClickHouse DDL sessions at any moment, instead of 10,000.
+//!
+//! The count comes from the Jobs cache (the truth after a restart or a change of leader), plus the
+//! runs this process admitted whose Jobs the cache has not shown yet: admission checks and records
+//! under one lock, so two reconciles running side by side never both take the last slot.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc;
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::crd::RunJob;
+
+/// The default cap; see the measurement in BENCHMARKS.md ("runs in flight").
+pub const DEFAULT_MAX_CONCURRENT_RUNS: u16 = 20;
+
+pub struct RunSlots {
+    cap: usize,
+    /// Runs admitted by this process whose Job the cache may not show yet.
+    admitted: Mutex<BTreeSet<String>>,
+    /// Queued runs to reconcile now that a slot is free (the RunJob controller listens).
+    wake: mpsc::UnboundedSender<ObjectRef<RunJob>>,
+    woken: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<RunJob>>>>,
+}
+
+/// Whether a run that has no Job yet may create one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Start,
+    /// Every slot is taken, or older runs wait for the free ones.
+    Wait,
+}
+
+impl RunSlots {
+    pub fn new(cap: u16) -> Arc<Self> {
+        let (wake, woken) = mpsc::unbounded();
+        Arc::new(Self {
+            cap: usize::from(cap.max(1)),
+            admitted: Mutex::default(),
+            wake,
+            woken: Mutex::new(Some(woken)),
+        })
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// The stream of queued runs to reconcile as slots free up; taken once, by the RunJob controller.
+    pub fn take_wake_ups(&self) -> Option<mpsc::UnboundedReceiver<ObjectRef<RunJob>>> {
+        self.woken.lock().expect("slots lock").take()
+    }
+
+    /// Admits `run` (which has no Job yet) when a slot is free and no older run waits for it, and
+    /// counts it from then on.
+    pub fn admit(&self, run: &RunJob, runs: &Store<RunJob>, jobs: &Store<Job>) -> Admission {
+        let mut admitted = self.admitted.lock().expect("slots lock");
+        let ns = run.namespace().unwrap_or_default();
+        let free = self
+            .cap
+            .saturating_sub(taken(&mut admitted, runs, jobs, &ns));
+        // Cheap when every slot is taken, the common case while a long queue drains.
+        if free == 0 {
+            return Admission::Wait;
+        }
+        let older = runs
+            .state()
+            .iter()
+            .filter(|r| waiting(r, jobs, &admitted, &ns) && queue_key(r) < queue_key(run))
+            .count();
+        if older < free {
+            admitted.insert(run.name_any());
+            Admission::Start
+        } else {
+            Admission::Wait
+        }
+    }
+
+    /// After a run finished or went away: reconcile the queued runs that may now start.
+    pub fn wake_next(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) {
+        let mut admitted = self.admitted.lock().expect("slots lock");
+        let free = self
+            .cap
+            .saturating_sub(taken(&mut admitted, runs, jobs, namespace));
+        if free == 0 {
+            return;
+        }
+        let mut oldest: Vec<Arc<RunJob>> = Vec::with_capacity(free + 1);
+        for run in runs.state() {
+            if !waiting(&run, jobs, &admitted, namespace) {
+                continue;
+            }
+            let at = oldest.partition_point(|o| queue_key(o) < queue_key(&run));
+            if at < free {
+                oldest.insert(at, run);
+                oldest.truncate(free);
+            }
+        }
+        for run in oldest {
+            let _ = self.wake.unbounded_send(ObjectRef::from_obj(run.as_ref()));
+        }
+    }
+
+    /// Runs in flight as this process counts them now (for metrics and tests).
+    pub fn in_flight(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) -> usize {
+        taken(
+            &mut self.admitted.lock().expect("slots lock"),
+            runs,
+            jobs,
+            namespace,
+        )
+    }
+}
+
+/// The order of the queue: oldest first, then by name.
+fn queue_key(run: &RunJob) -> (Option<&jiff::Timestamp>, Option<&str>) {
+    (
+        run.metadata.creation_timestamp.as_ref().map(|t| &t.0),
+        run.metadata.name.as_deref(),
+    )
+}
+
+/// The slots taken: the unfinished Jobs in the cache, and the admitted runs the cache does not show
+/// yet. Forgets admitted runs once the cache shows their Job or they finished or went away.
+fn taken(
+    admitted: &mut BTreeSet<String>,
+    runs: &Store<RunJob>,
+    jobs: &Store<Job>,
+    namespace: &str,
+) -> usize {
+    admitted.retain(|name| {
+        let key = ObjectRef::new(name).within(namespace);
+        let run_in_flight = runs.get(&key).is_some_and(|r| r.is_in_flight());
+        run_in_flight && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+    });
+    let running = jobs.state().iter().filter(|j| !job_finished(j)).count();
+    running + admitted.len()
+}
+
+/// A run that waits for a slot: in flight, no Job made (none recorded, none cached), not admitted.
+fn waiting(run: &RunJob, jobs: &Store<Job>, admitted: &BTreeSet<String>, namespace: &str) -> bool {
+    let Some(name) = run.metadata.name.as_deref() else {
+        return false;
+    };
+    run.is_in_flight()
+        && !run.status.as_ref().is_some_and(|s| s.job_ref.is_some())
+        && !admitted.contains(name)
+        && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+}
+
+/// A Job whose `Complete` or `Failed` condition is true holds no slot.
+pub fn job_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
