@@ -149,7 +149,7 @@ fn waiting(run: &RunJob, jobs: &Store<Job>, admitted: &BTreeSet<String>, namespa
         return false;
     };
     run.is_in_flight()
-        && !run.status.as_ref().is_some_and(|s| s.job_ref.is_some())
+        && run.status.as_ref().is_none_or(|s| s.job_ref.is_none())
         && !admitted.contains(name)
         && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
 }
