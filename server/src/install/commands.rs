@@ -260,6 +260,12 @@ pub async fn run_uninstall(args: UninstallArgs) -> anyhow::Result<()> {
         args.namespace,
         report.deleted.len()
     );
+    if !report.left_in_clickhouse.is_empty() {
+        eprintln!("Left in ClickHouse (uninstall never connects to it):");
+        for line in &report.left_in_clickhouse {
+            eprintln!("  - {line}");
+        }
+    }
     Ok(())
 }
 

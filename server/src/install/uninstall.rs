@@ -32,6 +32,9 @@ pub struct UninstallReport {
     pub deleted: Vec<String>,
     pub released_finalizers: Vec<String>,
     pub kept: Vec<String>,
+    /// What stays in ClickHouse because no Deprovision run will carry a reclaim policy out: one line
+    /// per provisioned tenant that was being deleted (or goes with the CRDs).
+    pub left_in_clickhouse: Vec<String>,
 }
 
 fn absent(e: &kube::Error) -> bool {
@@ -71,6 +74,7 @@ pub async fn uninstall(
     // finalizer back on every tenant left.
     release_finalizers::<RunJob>(client, namespace, RUNJOB_FINALIZER, progress, &mut report)
         .await?;
+    report.left_in_clickhouse = left_in_clickhouse(client, namespace, delete_crds).await?;
     release_finalizers::<Tenant>(client, namespace, TENANT_FINALIZER, progress, &mut report)
         .await?;
 
@@ -276,6 +280,36 @@ where
         }
     }
     Ok(())
+}
+
+/// The provisioned tenants of `namespace` that go without their Deprovision run — being deleted
+/// already (the namespace deleted first, say), or all of them when the CRDs go — each with what of
+/// theirs stays in ClickHouse. Nothing here touches ClickHouse: the lines say what a person may drop.
+async fn left_in_clickhouse(
+    client: &Client,
+    namespace: &str,
+    delete_crds: bool,
+) -> Result<Vec<String>, InstallError> {
+    let api: Api<Tenant> = Api::namespaced(client.clone(), namespace);
+    let tenants = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(e) if absent(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(api_error(&format!("list Tenants in {namespace}"), &e)),
+    };
+    Ok(tenants
+        .iter()
+        .filter(|t| delete_crds || t.metadata.deletion_timestamp.is_some())
+        .filter_map(|t| {
+            let database = t.status.as_ref()?.click_house_database_name.as_deref()?;
+            Some(format!(
+                "tenant {namespace}/{}: ClickHouse database {database} and user {} stay as they are \
+                 (its reclaimPolicy {} was not carried out); drop them by hand if nobody needs them",
+                t.name_any(),
+                crate::names::clickhouse_user(database),
+                t.spec.reclaim_policy.as_str()
+            ))
+        })
+        .collect())
 }
 
 /// The credentials Secrets in `namespace` that deleted tenants left under reclaimPolicy Retain, by

@@ -168,3 +168,68 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
     tenants.delete("acme", &Default::default()).await.unwrap();
     wait_gone(&tenants, "acme").await;
 }
+
+/// Someone deletes the install's namespace first (`kubectl delete namespace`): the operator goes with
+/// it, and a provisioned tenant's finalizer — which only the operator removes — holds the namespace in
+/// Terminating for good. `uninstall` is the recovery: it releases our finalizers (and only ours), the
+/// namespace goes, and it says what stays in ClickHouse because no Deprovision run carried the
+/// reclaim policy out. (No forbidden-request check here: the operator, shutting down in a terminating
+/// namespace, is refused new objects there by the apiserver, as it should be.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_namespace_first_is_recovered_by_uninstall_which_names_what_stays_in_clickhouse()
+ {
+    const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
+    let s = setup("ns-first").await;
+    let ch = sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn::start(
+        &s.plane.host_address(),
+        ADMIN.0,
+        ADMIN.1,
+    )
+    .await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    s.apply("apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  reclaimPolicy: Delete\n");
+    crate::provision::tenant_in_phase(&s, "acme", sentry_tenants::crd::TenantPhase::Active).await;
+
+    let (ok, _, err) = s
+        .plane
+        .kubectl(&["delete", "namespace", &s.ns, "--wait=false"], None);
+    assert!(ok, "{err}");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(
+        "the operator gone and the tenant held by its finalizer",
+        async || {
+            let operator = pods
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels("app.kubernetes.io/component=operator"),
+                )
+                .await
+                .ok()?;
+            let t = tenants.get_opt("acme").await.ok()??;
+            (operator.items.is_empty() && t.metadata.deletion_timestamp.is_some()).then_some(())
+        },
+    )
+    .await;
+    let namespaces: Api<Namespace> = Api::all(s.admin.clone());
+    assert!(
+        namespaces.get_opt(&s.ns).await.unwrap().is_some(),
+        "the namespace waits for the tenant's finalizer"
+    );
+
+    let report = uninstall_quietly(&s.admin, &s.ns).await;
+    let (user, database) = (s.ch_user("acme"), s.ch_database("acme"));
+    assert_eq!(
+        report.left_in_clickhouse,
+        [format!(
+            "tenant {}/acme: ClickHouse database {database} and user {user} stay as they are (its reclaimPolicy \
+             Delete was not carried out); drop them by hand if nobody needs them",
+            s.ns
+        )]
+    );
+    wait_gone(&namespaces, &s.ns).await;
+    assert!(
+        ch.has_user(&user) && ch.has_database(&database),
+        "uninstall never touches ClickHouse"
+    );
+}

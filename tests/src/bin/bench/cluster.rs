@@ -24,6 +24,10 @@ use crate::figure;
 use crate::report::Section;
 
 pub const TENANTS: usize = 100;
+/// Tenants applied at once for the cap on runs in flight.
+pub const BURST: usize = 40;
+/// The caps the sweep tries; the last lets the whole burst run at once (the baseline).
+const CAPS: [u16; 5] = [1, 5, 10, 20, 40];
 const WAVE: usize = 10;
 const RUN_TTL_SECONDS: u32 = 5;
 
@@ -344,4 +348,75 @@ pub async fn measure() -> (Section, Sample) {
          container start and the provisioner's own run.",
     );
     (section, sample)
+}
+
+/// `--max-concurrent-runs` against time: [`BURST`] Automatic tenants applied in one `kubectl apply`, on
+/// a fresh install per cap, until all are Active. The last cap lets the whole burst run at once; each
+/// figure is set against it. The default cap is the smallest one close to it (see `slots`).
+pub async fn cap_sweep() -> Section {
+    let first = setup("cap-sweep").await;
+    let ch = ClickHouseStandIn::start(&first.plane.host_address(), "ch-admin", "ch-admin-password")
+        .await;
+    let mut seconds = Vec::new();
+    for cap in CAPS {
+        let s = first.another_namespace(&format!("cap{cap}")).await;
+        let values = sentry_tenants::install::Values {
+            clickhouse_url: ch.url.clone(),
+            max_concurrent_runs: cap,
+            ..s.values()
+        };
+        s.install_with(("ch-admin", "ch-admin-password"), values)
+            .await;
+        let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+        let names: Vec<String> = (0..BURST).map(|i| format!("burst{i}")).collect();
+        let yaml: Vec<String> = names
+            .iter()
+            .map(|n| {
+                format!("apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {n}\n")
+            })
+            .collect();
+        let started = Instant::now();
+        s.apply(&yaml.join("---\n"));
+        sentry_tenants_tests::control_plane::wait_until_within(
+            &format!("{BURST} tenants Active with --max-concurrent-runs {cap}"),
+            std::time::Duration::from_secs(900),
+            async || {
+                let list = tenants.list(&ListParams::default()).await.ok()?;
+                let active = list
+                    .items
+                    .iter()
+                    .filter(|t| t.phase() == Some(TenantPhase::Active))
+                    .count();
+                (active == BURST).then_some(())
+            },
+        )
+        .await;
+        seconds.push((cap, started.elapsed().as_secs_f64()));
+    }
+    let (_, baseline) = *seconds.last().expect("caps");
+    let mut figures = Vec::new();
+    for (cap, took) in &seconds {
+        figures.push(
+            figure(
+                format!("--max-concurrent-runs {cap}: all Active"),
+                *took,
+                "s",
+            )
+            .note(format!("{BURST} tenants applied at once")),
+        );
+        figures.push(figure(
+            format!("--max-concurrent-runs {cap}: against {BURST} at once"),
+            took / baseline,
+            "×",
+        ));
+    }
+    Section::new(
+        format!("Runs in flight, {BURST} tenants applied at once"),
+        figures,
+    )
+    .remark(
+        "Each cap on a fresh install on the same node and the same ClickHouse stand-in, in this run. A cap \
+         bounds the pods and ClickHouse sessions a burst makes at once; the ratio says what it costs in time \
+         against letting the whole burst run at once.",
+    )
 }

@@ -66,6 +66,19 @@ fn main() -> anyhow::Result<()> {
         });
         return Ok(());
     }
+    // `bench --only runs-in-flight`: the cap sweep alone on the cluster of $SENTRY_TENANTS_E2E_KUBECONFIG,
+    // printed (BENCHMARKS.md untouched).
+    if args
+        .windows(2)
+        .any(|w| w[0] == "--only" && w[1] == "runs-in-flight")
+    {
+        let section = sentry_tenants_tests::block_on(cluster::cap_sweep());
+        println!(
+            "{}",
+            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
+        );
+        return Ok(());
+    }
     let started = std::time::Instant::now();
     let mut sections: Vec<Section> = Vec::new();
     sentry_tenants_tests::block_on(async {
@@ -89,6 +102,8 @@ fn main() -> anyhow::Result<()> {
         eprintln!("bench: real control plane, {} tenants", cluster::TENANTS);
         let (section, sample) = cluster::measure().await;
         sections.push(section);
+        eprintln!("bench: runs in flight, {} tenants at once", cluster::BURST);
+        sections.push(cluster::cap_sweep().await);
         let n = *scales.last().unwrap();
         eprintln!("bench: memory at {n} tenants");
         sections.push(memory::measure(n, sample).await);
