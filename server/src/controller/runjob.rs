@@ -575,6 +575,11 @@ pub async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> 
         ops.push(json!({ "op": "add", "path": "/status/history", "value": [record] }));
     } else {
         ops.push(json!({ "op": "add", "path": "/status/history/0", "value": record }));
+        // Only the newest record keeps a log tail: the one before it gives its up (the cache marks a
+        // tail it dropped with an empty one, so this knows it is there; the resourceVersion guards it).
+        if tenant.history()[0].log_tail.is_some() {
+            ops.push(json!({ "op": "remove", "path": "/status/history/1/logTail" }));
+        }
         // After the add there are kept + 1; the oldest past the limit go, last index first.
         for index in (HISTORY_LIMIT..=kept).rev() {
             ops.push(json!({ "op": "remove", "path": format!("/status/history/{index}") }));
@@ -597,6 +602,14 @@ pub async fn record_in_history(tenant: &Tenant, run: &RunJob, ctx: &Context) -> 
     }
 }
 
+/// A history record's message is cut to this many bytes (the whole message stays in the run's Event).
+pub const HISTORY_MESSAGE_BYTES: usize = 256;
+/// The newest record keeps the last this-many bytes of its pod's log; older records keep none.
+pub const HISTORY_LOG_TAIL_BYTES: usize = 2048;
+
+/// The outcome of `run` as its Tenant's history keeps it: sized so that a full history (with
+/// [`HISTORY_LIMIT`] records of the longest messages) keeps the Tenant under 16 KiB in etcd, where every
+/// watcher and every list of tenants pays for its bytes.
 pub fn run_record(run: &RunJob) -> RunRecord {
     let status = run.status.clone().unwrap_or_default();
     RunRecord {
@@ -604,12 +617,38 @@ pub fn run_record(run: &RunJob) -> RunRecord {
         uid: run.uid().unwrap_or_default(),
         action: run.spec.action,
         phase: status.phase.unwrap_or(RunPhase::Failed),
-        message: status.message.unwrap_or_default(),
+        message: head(&status.message.unwrap_or_default(), HISTORY_MESSAGE_BYTES),
         started_at: status.start_time,
         finished_at: status
             .completion_time
             .unwrap_or_else(|| to_k8s_time(Timestamp::UNIX_EPOCH)),
-        log_tail: status.log_tail,
+        log_tail: status
+            .log_tail
+            .map(|log| tail(&log, HISTORY_LOG_TAIL_BYTES)),
         generation: run.made_for_generation(),
     }
+}
+
+/// The first `max` bytes of `text` (on a character boundary), "…" marking a cut.
+fn head(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The last `max` bytes of `text` (on a character boundary), "…" marking a cut.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - (max - '…'.len_utf8());
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
 }

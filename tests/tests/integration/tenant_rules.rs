@@ -394,13 +394,68 @@ async fn recording_a_run_keeps_the_other_records_log_tails() {
             format!("uid-{i}"),
             "order kept, the oldest dropped"
         );
-        assert_eq!(
-            record.log_tail.as_deref(),
-            Some(format!("log of run {i}\n").as_str()),
-            "{} lost its log tail",
-            record.name
-        );
+        // Only the newest record keeps a tail: the one it displaced gave its up, the others (written
+        // before that rule) keep theirs until they roll off.
+        let expected = (i > 0).then(|| format!("log of run {i}\n"));
+        assert_eq!(record.log_tail, expected, "{}'s log tail", record.name);
     }
+}
+
+/// A full history of the longest outcomes — 4 KiB termination messages, 4 KiB log tails, the most a
+/// pod gives — keeps the Tenant (managedFields, conditions and all) under 16 KiB as stored: messages
+/// are cut to 256 bytes, and only the newest record keeps a log tail (its last 2 KiB).
+#[tokio::test]
+async fn a_tenant_with_a_full_history_of_the_longest_outcomes_stays_under_16_kib() {
+    let c = active_tenant("acme").await;
+    for i in 0..HISTORY_LIMIT + 5 {
+        c.sync_stores().await;
+        let cached = c
+            .ctx
+            .stores
+            .tenants
+            .get(&kube::runtime::reflector::ObjectRef::new("acme").within(sentry_tenants_tests::NS))
+            .expect("cached");
+        let mut run: sentry_tenants::crd::RunJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "RunJob",
+            "metadata": {"name": format!("acme-setlimits-{}", 1000 + i), "namespace": sentry_tenants_tests::NS,
+                         "uid": format!("0f6e7a52-5d1c-4a8e-9d3b-{:012}", i),
+                         "labels": {"sentry.io/generation": "1234567"}},
+            "spec": {"tenant": "acme", "action": "SetLimits"},
+        }))
+        .unwrap();
+        run.status = Some(sentry_tenants::crd::RunJobStatus {
+            phase: Some(sentry_tenants::crd::RunPhase::Failed),
+            message: Some("é".repeat(2048)),
+            log_tail: Some(format!("{}\nthe last line", "x".repeat(4096))),
+            start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                c.clock.now(),
+            )),
+            completion_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                c.clock.now(),
+            )),
+            ..Default::default()
+        });
+        sentry_tenants::controller::runjob::record_in_history(&cached, &run, &c.ctx)
+            .await
+            .unwrap();
+    }
+    let stored = c.tenant("acme").await;
+    let history = stored.history();
+    assert_eq!(history.len(), HISTORY_LIMIT);
+    let bytes = serde_json::to_vec(&stored).unwrap().len();
+    assert!(bytes < 16 * 1024, "{bytes} bytes");
+    assert!(
+        history[0]
+            .log_tail
+            .as_deref()
+            .is_some_and(|t| t.ends_with("the last line") && t.len() <= 2048)
+    );
+    assert!(history[1..].iter().all(|h| h.log_tail.is_none()));
+    assert!(
+        history
+            .iter()
+            .all(|h| h.message.len() <= 256 && h.message.ends_with('…'))
+    );
 }
 
 /// Rule 4's run already exists (made by another replica, or by a reconcile that saw a stale cache):
