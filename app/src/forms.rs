@@ -40,6 +40,11 @@ pub fn page_url(path: &str, query: &str) -> String {
     }
 }
 
+/// The dashboard session's token, which the server provides to every page it renders; every form sends
+/// it back (`session`), and the server refuses a post without it.
+#[derive(Clone, Debug)]
+pub struct SessionToken(pub String);
+
 #[component]
 pub fn PostForm(
     /// `/actions/…` endpoint.
@@ -51,8 +56,12 @@ pub fn PostForm(
     children: Children,
 ) -> impl IntoView {
     let return_to = return_to.unwrap_or_else(current_url);
+    let session = use_context::<SessionToken>()
+        .map(|t| t.0)
+        .unwrap_or_default();
     view! {
         <form method="post" action=action class=class>
+            <input type="hidden" name="session" value=session/>
             <input type="hidden" name="return_to" value=return_to/>
             {children()}
         </form>

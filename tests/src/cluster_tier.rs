@@ -441,6 +441,8 @@ impl Operator {
     /// unless it redirects back without an error.
     pub async fn act(&self, path: &str, form: &str) {
         use tower::ServiceExt;
+        let session = crate::dashboard::session_of(self.dashboard()).await;
+        let form = crate::dashboard::with_session(form, &session);
         let request = http::Request::post(path)
             .header(http::header::HOST, "127.0.0.1:8080")
             .header(http::header::ORIGIN, "http://127.0.0.1:8080")
@@ -448,7 +450,7 @@ impl Operator {
                 http::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
             )
-            .body(axum::body::Body::from(form.to_owned()))
+            .body(axum::body::Body::from(form))
             .expect("a request");
         let reply = self.dashboard().oneshot(request).await.expect("a reply");
         assert_eq!(reply.status(), http::StatusCode::SEE_OTHER, "POST {path}");

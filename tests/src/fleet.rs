@@ -120,7 +120,12 @@ impl Fleet {
             .header(header::ORIGIN, "http://127.0.0.1:8080")
             .header(header::ACCEPT, "application/json")
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Body::empty())
+            // The actions router alone serves no page to read the token from; this process's token
+            // is what any of the dashboard's pages would carry.
+            .body(Body::from(format!(
+                "session={}",
+                sentry_tenants::web::flash::session_token()
+            )))
             .unwrap();
         let reply = self.actions.clone().oneshot(request).await.unwrap();
         reply.status() == StatusCode::OK

@@ -1442,6 +1442,39 @@ pub mod dashboard {
 
     use super::{Cluster, NS};
 
+    /// The session token the dashboard's pages carry in their forms, as a browser has it: read from
+    /// the new-tenant page, which always has a form.
+    pub async fn session_of(router: axum::Router) -> String {
+        use tower::ServiceExt;
+        let request = http::Request::get("/tenants/new")
+            .header(http::header::HOST, "127.0.0.1:8080")
+            .body(axum::body::Body::empty())
+            .expect("a request");
+        let reply = router.oneshot(request).await.expect("a reply");
+        let bytes = http_body_util::BodyExt::collect(reply.into_body())
+            .await
+            .expect("a body")
+            .to_bytes();
+        session_in(&String::from_utf8_lossy(&bytes))
+            .expect("the page's forms carry a session token")
+    }
+
+    /// The `session` field of the first form in `page`.
+    pub fn session_in(page: &str) -> Option<String> {
+        const FIELD: &str = r#"name="session" value=""#;
+        let rest = &page[page.find(FIELD)? + FIELD.len()..];
+        Some(rest[..rest.find('"')?].to_owned())
+    }
+
+    /// `form` with `session=<token>` added, as the page's form sends it.
+    pub fn with_session(form: &str, token: &str) -> String {
+        if form.is_empty() {
+            format!("session={token}")
+        } else {
+            format!("{form}&session={token}")
+        }
+    }
+
     pub fn dashboard_router(c: &Cluster, read_only: bool) -> axum::Router {
         // No shutdown: the sender is gone, which `serve::stopped` reads as "never".
         dashboard_router_until(c, read_only, tokio::sync::watch::channel(false).1)

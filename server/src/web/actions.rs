@@ -60,6 +60,7 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/rotate", post(rotate))
         .route("/tenants/{name}/delete", post(delete))
         .route("/tenants/{name}/limits", post(change_limits))
+        .route_layer(middleware::from_fn(from_our_pages_only))
         .route_layer(middleware::from_fn(same_origin_only))
         .fallback(no_such_action)
         .with_state(actions)
@@ -89,6 +90,41 @@ pub async fn same_origin_only(request: Request, next: Next) -> Response {
         )
             .into_response()
     }
+}
+
+/// The most a form post's body may be: the largest form (a tenant with its limits) is well under 1 KiB.
+const FORM_LIMIT: usize = 64 * 1024;
+
+/// Refuses a post that does not send back the session token its page carried (the `session` field
+/// [`super::flash::session_token`] puts in every form): the post must come from a page this process
+/// served. Runs after [`same_origin_only`].
+pub async fn from_our_pages_only(request: Request, next: Next) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, FORM_LIMIT).await else {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a form post is at most {FORM_LIMIT} bytes"),
+        )
+            .into_response();
+    };
+    // The token is hex: it stands in the body as it is, never percent-encoded.
+    let sent = bytes
+        .split(|b| *b == b'&')
+        .find_map(|pair| pair.strip_prefix(b"session="))
+        .and_then(|token| std::str::from_utf8(token).ok());
+    if !sent.is_some_and(super::flash::is_session_token) {
+        return (
+            StatusCode::FORBIDDEN,
+            "this form does not come from a page the dashboard served since it started (it restarts \
+             with a new session): reload the page and try again",
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 pub fn is_same_origin(headers: &HeaderMap) -> bool {

@@ -59,8 +59,10 @@ fn route_list() -> Vec<AxumRouteListing> {
 pub fn router(dashboard: Dashboard) -> Router {
     let options = leptos_options();
     let backend: Arc<dyn Backend> = dashboard.backend.clone();
+    let session = sentry_tenants_app::forms::SessionToken(super::flash::session_token());
     let context = move || {
         provide_context(backend.clone());
+        provide_context(session.clone());
         set_page_csp();
     };
     let routes = route_list();

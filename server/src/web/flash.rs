@@ -1,8 +1,11 @@
-//! The messages a no-JS form post leaves for the page it redirects to (`?notice=`, `?error=`, and on
-//! an error what was typed) are signed, so a link cannot make the dashboard say something it did not:
-//! "your session expired, log in at …" in the dashboard's own frame would be a phishing page on our
-//! origin. The key is made at start-up and never leaves the process; a redirect answered by another
-//! process (a restart in between) just loses its message.
+//! The process's secret, made at start-up, which never leaves the process. It does two things:
+//! - The messages a no-JS form post leaves for the page it redirects to (`?notice=`, `?error=`, and on
+//!   an error what was typed) are signed, so a link cannot make the dashboard say something it did not:
+//!   "your session expired, log in at …" in the dashboard's own frame would be a phishing page on our
+//!   origin. A redirect answered by another process (a restart in between) just loses its message.
+//! - It makes the dashboard's session token ([`session_token`]): every page's forms carry it, and
+//!   `/actions/…` refuses a post that does not send it back — a second lock beside the same-origin
+//!   check, which no other page can open (it cannot read ours) and a restart changes.
 
 use std::sync::LazyLock;
 
@@ -19,6 +22,23 @@ static KEY: LazyLock<hmac::Key> = LazyLock::new(|| {
     let rng = ring::rand::SystemRandom::new();
     hmac::Key::generate(hmac::HMAC_SHA256, &rng).expect("the OS random source works")
 });
+
+/// What the session token signs.
+const SESSION: &[u8] = b"sentry-tenants dashboard session";
+
+/// The token this process's pages carry in their forms (a `session` field), hex.
+pub fn session_token() -> String {
+    hex(hmac::sign(&KEY, SESSION).as_ref())
+}
+
+/// Whether `sent` is this process's session token (compared in constant time).
+pub fn is_session_token(sent: &str) -> bool {
+    unhex(sent).is_some_and(|bytes| hmac::verify(&KEY, SESSION, &bytes).is_ok())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// `k=v` pairs of `query` (as they stand, still percent-encoded) that are messages, in order.
 fn messages(query: &str) -> Vec<&str> {
@@ -45,12 +65,7 @@ pub fn signed_url(url: &str) -> String {
 
 /// `query` (already percent-encoded, messages in it) with its signature appended.
 pub fn signed(query: &str) -> String {
-    let hex: String = tag(&messages(query))
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{query}&{SIG}={hex}")
+    format!("{query}&{SIG}={}", hex(tag(&messages(query)).as_ref()))
 }
 
 /// Whether `query`'s messages carry our signature (a query without messages needs none).

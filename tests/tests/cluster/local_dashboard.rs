@@ -142,13 +142,17 @@ impl LocalDashboard {
 
     /// A form post as the hydrated page sends it (same origin, asking for JSON): status and message.
     async fn act(&self, path: &str, form: &str) -> (StatusCode, String) {
+        // The token this dashboard process's pages carry, read as a browser has it.
+        let page = self.page("/tenants/new").await;
+        let session = sentry_tenants_tests::dashboard::session_in(&page).expect("a session token");
+        let form = sentry_tenants_tests::dashboard::with_session(form, &session);
         let host = self.origin.trim_start_matches("http://");
         let request = Request::post(format!("{}{path}", self.origin))
             .header(header::HOST, host)
             .header(header::ORIGIN, &self.origin)
             .header(header::ACCEPT, "application/json")
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(Body::from(form.to_owned()))
+            .body(Body::from(form))
             .unwrap();
         let (status, body) = self.send(request).await;
         let reply: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("JSON: {body}"));

@@ -46,6 +46,7 @@ async fn every_attempt(c: &Cluster, tenant: &str) -> Vec<String> {
 
 /// A click on the tenant's Provision (or Retry) button; returns the dashboard's answer.
 async fn click_provision(c: &Cluster, tenant: &str) -> (StatusCode, String) {
+    let session = sentry_tenants_tests::dashboard::session_of(dashboard_router(c, false)).await;
     let request = Request::builder()
         .method(Method::POST)
         .uri(format!("/actions/tenants/{tenant}/provision"))
@@ -53,7 +54,7 @@ async fn click_provision(c: &Cluster, tenant: &str) -> (StatusCode, String) {
         .header(header::ORIGIN, "http://127.0.0.1:8080")
         .header(header::ACCEPT, "application/json")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(axum::body::Body::empty())
+        .body(axum::body::Body::from(format!("session={session}")))
         .unwrap();
     let reply = dashboard_router(c, false).oneshot(request).await.unwrap();
     let status = reply.status();

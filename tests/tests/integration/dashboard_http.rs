@@ -6,7 +6,7 @@ use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use kube::api::{Patch, PatchParams};
 use sentry_tenants::crd::{ProvisioningPolicy, RunAction, TenantPhase};
-use sentry_tenants_tests::dashboard::dashboard_router;
+use sentry_tenants_tests::dashboard::{dashboard_router, session_of, with_session};
 use sentry_tenants_tests::{Cluster, block_on};
 use serde_json::json;
 use tower::ServiceExt;
@@ -43,9 +43,10 @@ async fn send(router: axum::Router, req: Request<Body>) -> Reply {
 /// A same-origin form post to the read-write dashboard: as a hydrated page sends it (`json`) or as a
 /// plain form.
 async fn act(c: &Cluster, path: &str, body: &str, json: bool) -> Reply {
+    let session = session_of(dashboard_router(c, false)).await;
     send(
         dashboard_router(c, false),
-        form_post(path, body, SAME, json),
+        form_post(path, &with_session(body, &session), SAME, json),
     )
     .await
 }
@@ -327,20 +328,63 @@ fn html_and_wasm_are_compressed() {
     })
 }
 
+/// A same-origin post must also send back the session token its page carried: without it, or with a
+/// forged one, it is refused with a line that says to reload, and nothing is written; the page's own
+/// token passes.
+#[test]
+fn a_post_without_the_pages_session_token_is_refused_and_nothing_is_written() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let token = session_of(dashboard_router(&c, false)).await;
+        assert_eq!(token.len(), 64, "an HMAC-SHA256 tag in hex: {token}");
+        c.log.clear();
+        let forged = "0".repeat(64);
+        for body in [
+            "".to_owned(),
+            format!("session={forged}"),
+            "session=".to_owned(),
+        ] {
+            let reply = send(
+                dashboard_router(&c, false),
+                form_post("/actions/tenants/acme/suspend", &body, SAME, false),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::FORBIDDEN, "{body:?}");
+            assert!(reply.body.contains("reload the page"), "{}", reply.body);
+        }
+        assert!(c.log.writes().is_empty());
+        assert!(!c.tenant("acme").await.spec.suspended);
+        let reply = send(
+            dashboard_router(&c, false),
+            form_post(
+                "/actions/tenants/acme/suspend",
+                &with_session("", &token),
+                SAME,
+                false,
+            ),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        assert!(c.tenant("acme").await.spec.suspended);
+    })
+}
+
 #[test]
 fn cross_site_posts_are_refused_and_nothing_is_written() {
     block_on(async {
         let c = cluster_with_tenants().await;
+        // Even with the page's session token: the origin alone refuses these.
+        let session = with_session("", &session_of(dashboard_router(&c, false)).await);
         c.log.clear();
         for origin in [Some("http://evil.example"), None] {
             let reply = send(
                 dashboard_router(&c, false),
-                form_post("/actions/tenants/acme/suspend", "", origin, false),
+                form_post("/actions/tenants/acme/suspend", &session, origin, false),
             )
             .await;
             assert_eq!(reply.status, StatusCode::FORBIDDEN, "{origin:?}");
         }
-        let mut req = form_post("/actions/tenants/acme/suspend", "", None, false);
+        let mut req = form_post("/actions/tenants/acme/suspend", &session, None, false);
         req.headers_mut()
             .insert("sec-fetch-site", "cross-site".parse().unwrap());
         assert_eq!(
@@ -678,9 +722,14 @@ fn every_action_is_recorded_on_its_tenant_and_marks_what_it_creates() {
             Limits::default(),
             shutdown,
         ));
+        let form = with_session("", &session_of(dashboard_router(&c, false)).await);
         let mut post = tokio::net::TcpStream::connect(addr).await.unwrap();
         post.write_all(
-            b"POST /actions/tenants/globex/suspend HTTP/1.1\r\nhost: 127.0.0.1:8080\r\norigin: http://127.0.0.1:8080\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            format!(
+                "POST /actions/tenants/globex/suspend HTTP/1.1\r\nhost: 127.0.0.1:8080\r\norigin: http://127.0.0.1:8080\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{form}",
+                form.len()
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
