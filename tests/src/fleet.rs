@@ -71,7 +71,10 @@ pub fn clickhouse_user(tenant: &str) -> String {
 
 impl Fleet {
     pub async fn new() -> Self {
-        let cluster = Cluster::new().await;
+        Self::on(Cluster::new().await)
+    }
+
+    fn on(cluster: Cluster) -> Self {
         let actions = actions::router(Arc::new(Actions {
             client: cluster.client.clone(),
             stores: cluster.ctx.stores.clone(),
@@ -86,9 +89,12 @@ impl Fleet {
     }
 
     /// `n` tenants, each with its Provision run `<name>-provision-1` created by hand (as `kubectl
-    /// apply` would), nothing reconciled yet.
+    /// apply` would), nothing reconciled yet. Every run may have its Job at once (a cap of `n`): these
+    /// fleets measure what the reconcilers cost per object; the cap on runs in flight, which makes a
+    /// waiting run's status say so (one write more), is measured on its own.
     pub async fn with_provision_runs(n: usize) -> Self {
-        let fleet = Self::new().await;
+        let cap = u16::try_from(n).unwrap_or(u16::MAX);
+        let fleet = Self::on(Cluster::with_max_concurrent_runs(cap).await);
         let names = tenant_names(n);
         fleet.create_tenants(&names).await;
         for name in &names {
