@@ -65,6 +65,10 @@ impl RunSlots {
         let free = self
             .cap
             .saturating_sub(taken(&mut admitted, runs, jobs, &ns));
+        // Admitted before, and its Job create failed (or its Job is not cached yet): it holds its slot.
+        if admitted.contains(run.name_any().as_str()) {
+            return Admission::Start;
+        }
         // Cheap when every slot is taken, the common case while a long queue drains.
         if free == 0 {
             return Admission::Wait;
@@ -164,4 +168,60 @@ pub fn job_finished(job: &Job) -> bool {
                 .iter()
                 .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+
+    fn run(name: &str, created: &str) -> RunJob {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "RunJob",
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+            "spec": {"tenant": name, "action": "Provision"},
+        }))
+        .unwrap()
+    }
+
+    fn stores(runs: &[RunJob]) -> (Store<RunJob>, Store<Job>) {
+        let (run_store, mut run_writer) = reflector::store::<RunJob>();
+        run_writer.apply_watcher_event(&watcher::Event::Init);
+        for r in runs {
+            run_writer.apply_watcher_event(&watcher::Event::InitApply(r.clone()));
+        }
+        run_writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (job_store, mut job_writer) = reflector::store::<Job>();
+        job_writer.apply_watcher_event(&watcher::Event::Init);
+        job_writer.apply_watcher_event(&watcher::Event::InitDone);
+        (run_store, job_store)
+    }
+
+    /// The oldest waiting run takes a free slot; a younger one waits even when it is reconciled first.
+    #[test]
+    fn the_oldest_waiting_run_takes_the_free_slot() {
+        let old = run("old", "2026-12-03T10:00:00Z");
+        let young = run("young", "2026-12-03T10:00:05Z");
+        let (runs, jobs) = stores(&[old.clone(), young.clone()]);
+        let slots = RunSlots::new(1);
+        assert_eq!(slots.admit(&young, &runs, &jobs), Admission::Wait);
+        assert_eq!(slots.admit(&old, &runs, &jobs), Admission::Start);
+        assert_eq!(
+            slots.admit(&young, &runs, &jobs),
+            Admission::Wait,
+            "the slot is taken"
+        );
+        assert_eq!(slots.in_flight("ns", &runs, &jobs), 1);
+    }
+
+    /// A run whose Job create failed after it was admitted (an API fault) keeps its slot: its retry is
+    /// admitted again, instead of waiting behind the slot it holds itself.
+    #[test]
+    fn a_run_admitted_before_is_admitted_again() {
+        let only = run("only", "2026-12-03T10:00:00Z");
+        let (runs, jobs) = stores(std::slice::from_ref(&only));
+        let slots = RunSlots::new(1);
+        assert_eq!(slots.admit(&only, &runs, &jobs), Admission::Start);
+        assert_eq!(slots.admit(&only, &runs, &jobs), Admission::Start);
+    }
 }

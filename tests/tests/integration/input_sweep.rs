@@ -204,7 +204,14 @@ fn cases() -> Vec<Post> {
             "/actions/tenants",
             &format!("name=acme2&display_name={}", "a".repeat(3 << 20)),
             StatusCode::PAYLOAD_TOO_LARGE,
-            "Failed to buffer the request body: length limit exceeded",
+            "a form post is at most 65536 bytes",
+        ),
+        post(
+            "a forged session token (sent before the page's)",
+            "/actions/tenants/acme/suspend",
+            &format!("session={}", "0".repeat(64)),
+            StatusCode::FORBIDDEN,
+            "this form does not come from a page the dashboard served since it started (it restarts with a new session): reload the page and try again",
         ),
     ]);
     cases
@@ -227,6 +234,8 @@ fn every_malformed_form_post_gets_its_exact_error_and_writes_nothing() {
         c.report_provisioned("globex").await;
         c.sync_stores().await;
         let router = dashboard_router(&c, false);
+        // Every case sends the token its page carried, as the page's form would.
+        let session = sentry_tenants_tests::dashboard::session_of(router.clone()).await;
         let tenants_before = c.tenants().list(&ListParams::default()).await.unwrap();
         let cases = cases();
         let mut wrong = Vec::new();
@@ -241,7 +250,12 @@ fn every_malformed_form_post_gets_its_exact_error_and_writes_nothing() {
             }
             let reply = router
                 .clone()
-                .oneshot(req.body(Body::from(case.body.clone())).unwrap())
+                .oneshot(
+                    req.body(Body::from(sentry_tenants_tests::dashboard::with_session(
+                        &case.body, &session,
+                    )))
+                    .unwrap(),
+                )
                 .await
                 .unwrap();
             let status = reply.status();
