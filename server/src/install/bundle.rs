@@ -414,17 +414,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// The value of `key` in the operator's ConfigMap as the bundle renders it for `v`.
+    fn configmap_setting(v: &Values, key: &str) -> serde_json::Value {
+        let objects = v.objects().unwrap();
+        let cm = objects
+            .iter()
+            .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
+            .unwrap();
+        cm.data["data"][key].clone()
+    }
+
     #[test]
     fn the_cap_on_runs_in_flight_reaches_the_operators_configmap() {
-        let setting = |v: &Values| {
-            let objects = v.objects().unwrap();
-            let cm = objects
-                .iter()
-                .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
-                .unwrap()
-                .clone();
-            cm.data["data"]["SENTRY_TENANTS_MAX_CONCURRENT_RUNS"].clone()
-        };
+        let setting = |v: &Values| configmap_setting(v, "SENTRY_TENANTS_MAX_CONCURRENT_RUNS");
         assert_eq!(setting(&values()), "20");
         let five = Values {
             max_concurrent_runs: 5,
@@ -440,15 +442,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_clickhouse_prefix_reaches_the_operators_configmap_and_is_checked() {
-        let cm = |v: &Values| {
-            let objects = v.objects().unwrap();
-            let cm = objects
-                .iter()
-                .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap"))
-                .unwrap()
-                .clone();
-            cm.data["data"]["SENTRY_TENANTS_CLICKHOUSE_PREFIX"].clone()
-        };
+        let cm = |v: &Values| configmap_setting(v, "SENTRY_TENANTS_CLICKHOUSE_PREFIX");
         assert_eq!(cm(&values().validate().unwrap()), "st4051f908cd");
         let prod = Values {
             clickhouse_prefix: "prod".into(),
