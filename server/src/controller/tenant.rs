@@ -375,10 +375,9 @@ fn describe_failure(action: &str, f: &Finished) -> String {
 
 /// The latest failed Provision run and, for an Automatic tenant, what happens next.
 fn failed_message(runs: &[Arc<RunJob>], history: &[RunRecord], automatic: &NextRun) -> String {
-    let failed = match latest_finished_provision(runs, history) {
-        Some(f) => describe_failure("Provision", &f),
-        None => "Provision run failed".to_owned(),
-    };
+    let failed = latest_failure(runs, history, RunAction::Provision, |a| {
+        a == RunAction::Provision
+    });
     match automatic {
         NextRun::Idle => format!("{failed}. Fix the cause, then click Retry"),
         next => format!("{failed}. {}", what_next(next)),
@@ -393,11 +392,21 @@ fn retry_message(
     of: impl Fn(RunAction) -> bool,
     next: &NextRun,
 ) -> String {
-    let failed = latest_finished(runs, history, of)
+    let failed = latest_failure(runs, history, action, of);
+    format!("{failed}. {}", what_next(next))
+}
+
+/// The latest failed run of `of`, described ("<Action> run <name> failed[: <message>]").
+fn latest_failure(
+    runs: &[Arc<RunJob>],
+    history: &[RunRecord],
+    action: RunAction,
+    of: impl Fn(RunAction) -> bool,
+) -> String {
+    latest_finished(runs, history, of)
         .filter(|f| f.phase == RunPhase::Failed)
         .map(|f| describe_failure(action.as_str(), &f))
-        .unwrap_or_else(|| format!("{} run failed", action.as_str()));
-    format!("{failed}. {}", what_next(next))
+        .unwrap_or_else(|| format!("{} run failed", action.as_str()))
 }
 
 /// What the reconciler does next about a failed run, for a condition's message.
