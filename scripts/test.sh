@@ -72,7 +72,9 @@ if [ -n "$leaked" ]; then
 fi
 
 # Over the whole run, not just per test: any request of one of our ServiceAccounts that the apiserver
-# forbade means the RBAC we ship is short of what the code does.
+# forbade means the RBAC we ship is short of what the code does. One refusal is not about RBAC: new
+# objects (an operator's last Events) in a namespace being deleted, which the apiserver refuses
+# whatever the RBAC says (cause NamespaceTerminating; the namespace-first uninstall test does that).
 forbidden=$(python3 - "$SENTRY_TENANTS_CLUSTER_DIR/audit.log" <<'PY'
 import json, os, sys
 # Windows in which a restarted apiserver had not filled its RBAC caches yet (scripts/cluster.sh
@@ -85,6 +87,9 @@ for line in open(sys.argv[1]):
     name = user.rsplit(":", 1)[-1]
     received = e.get("requestReceivedTimestamp", "")
     if any(start <= received <= end for start, end in windows):
+        continue
+    causes = e.get("responseStatus", {}).get("details", {}).get("causes", [])
+    if any(c.get("reason") == "NamespaceTerminating" for c in causes):
         continue
     if e.get("responseStatus", {}).get("code") == 403 and user.startswith("system:serviceaccount:") \
             and name in ("sentry-tenants", "sentry-tenants-provisioner"):

@@ -329,7 +329,8 @@ impl ControlPlane {
     }
 
     /// Requests the apiserver answered 403 to a ServiceAccount of ours (but for the moments after an
-    /// apiserver restart when it forbids everyone) in `namespace` (the operator's
+    /// apiserver restart when it forbids everyone, and new objects in a namespace being deleted) in
+    /// `namespace` (the operator's
     /// and the provisioner's), as "verb resource name: user".
     pub fn forbidden_for_our_accounts(&self, namespace: &str) -> Vec<String> {
         let ours = format!("system:serviceaccount:{namespace}:sentry-tenants");
@@ -337,6 +338,7 @@ impl ControlPlane {
         self.audit_events()
             .iter()
             .filter(|e| e["responseStatus"]["code"] == 403)
+            .filter(|e| !refused_for_a_terminating_namespace(e))
             .filter(|e| {
                 let received = e["requestReceivedTimestamp"].as_str().unwrap_or_default();
                 !restarts
@@ -358,6 +360,14 @@ impl ControlPlane {
             })
             .collect()
     }
+}
+
+/// The apiserver refuses new objects in a namespace being deleted whatever the RBAC says: such a 403
+/// says nothing about the RBAC we ship.
+fn refused_for_a_terminating_namespace(event: &Value) -> bool {
+    event["responseStatus"]["details"]["causes"]
+        .as_array()
+        .is_some_and(|causes| causes.iter().any(|c| c["reason"] == "NamespaceTerminating"))
 }
 
 /// A TCP relay to the apiserver that can freeze: while frozen it forwards nothing in either direction

@@ -173,8 +173,9 @@ async fn uninstall_with_the_operator_running_leaves_no_runjob_behind_a_finalizer
 /// it, and a provisioned tenant's finalizer — which only the operator removes — holds the namespace in
 /// Terminating for good. `uninstall` is the recovery: it releases our finalizers (and only ours), the
 /// namespace goes, and it says what stays in ClickHouse because no Deprovision run carried the
-/// reclaim policy out. (No forbidden-request check here: the operator, shutting down in a terminating
-/// namespace, is refused new objects there by the apiserver, as it should be.)
+/// reclaim policy out. (The operator, shutting down in the terminating namespace, is refused its last
+/// Events there: that refusal is the apiserver's namespace lifecycle, not our RBAC, and the
+/// forbidden-request check leaves it out.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_namespace_first_is_recovered_by_uninstall_which_names_what_stays_in_clickhouse()
  {
@@ -232,4 +233,5 @@ async fn deleting_the_namespace_first_is_recovered_by_uninstall_which_names_what
         ch.has_user(&user) && ch.has_database(&database),
         "uninstall never touches ClickHouse"
     );
+    s.assert_no_forbidden();
 }
