@@ -79,6 +79,16 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // `bench --only node`: the real control plane section alone on the cluster of
+    // $SENTRY_TENANTS_E2E_KUBECONFIG, printed (BENCHMARKS.md untouched).
+    if args.windows(2).any(|w| w[0] == "--only" && w[1] == "node") {
+        let (section, _) = sentry_tenants_tests::block_on(cluster::measure());
+        println!(
+            "{}",
+            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
+        );
+        return Ok(());
+    }
     let started = std::time::Instant::now();
     let mut sections: Vec<Section> = Vec::new();
     sentry_tenants_tests::block_on(async {
