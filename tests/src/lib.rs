@@ -935,12 +935,18 @@ impl Cluster {
         self.patch_job_status(name, json!({"startTime": now, "active": 1}))
             .await;
     }
+    /// In two writes, as the Job controller of Kubernetes ≥ 1.31 does: `SuccessCriteriaMet` when the pod
+    /// has exited 0, then `Complete` once it is gone.
     pub async fn job_succeeded(&self, name: &str) {
         let now = self.now_str();
+        let met =
+            json!({"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now});
+        self.patch_job_status(name, json!({"active": 0, "conditions": [met]}))
+            .await;
+        let complete = json!({"type": "Complete", "status": "True", "lastTransitionTime": now});
         self.patch_job_status(
             name,
-            json!({"active": 0, "succeeded": 1, "completionTime": now,
-            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now}]}),
+            json!({"succeeded": 1, "completionTime": now, "conditions": [met, complete]}),
         )
         .await;
     }

@@ -1,7 +1,7 @@
 //! The Kubernetes Job a RunJob controls: the operator's own image running `provision-tenant`, under
 //! the provisioner ServiceAccount, hardened to Pod Security "restricted".
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
@@ -257,9 +257,78 @@ pub fn dedup_volume_mounts(
     out
 }
 
+/// The Job controller's true condition of `type_` on `job`, if any.
+fn true_condition(job: &Job, type_: &str) -> Option<JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .cloned()
+}
+
+/// The condition that says `job` succeeded, the earliest there is. Since Kubernetes 1.31 the Job
+/// controller first adds `SuccessCriteriaMet` (its pod has exited 0) and `Complete` only once the pod
+/// is gone; the run is done at the first, or it would read as "waiting for its pod" (active 0) in
+/// between. Older clusters add `Complete` alone.
+pub fn succeeded(job: &Job) -> Option<JobCondition> {
+    true_condition(job, "SuccessCriteriaMet").or_else(|| true_condition(job, "Complete"))
+}
+
+/// The condition that says `job` failed. Not `FailureTarget`: that one comes while the Job controller
+/// is still stopping pods, which may be changing ClickHouse.
+pub fn failed(job: &Job) -> Option<JobCondition> {
+    true_condition(job, "Failed")
+}
+
+/// A Job that succeeded or failed: its pod holds no ClickHouse session any more.
+pub fn finished(job: &Job) -> bool {
+    succeeded(job).is_some() || failed(job).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Job with these true conditions, in the order the Job controller adds them.
+    fn job_with(conditions: &[&str]) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "acme-provision-10"},
+            "status": {"active": 0, "conditions": conditions.iter().map(|c| serde_json::json!(
+                {"type": c, "status": "True", "lastTransitionTime": "2026-12-03T22:09:18Z"}
+            )).collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_job_has_succeeded_from_success_criteria_met_on_before_it_is_complete() {
+        assert_eq!(succeeded(&job_with(&[])).map(|c| c.type_), None);
+        assert_eq!(
+            succeeded(&job_with(&["SuccessCriteriaMet"])).map(|c| c.type_),
+            Some("SuccessCriteriaMet".to_owned())
+        );
+        assert_eq!(
+            succeeded(&job_with(&["SuccessCriteriaMet", "Complete"])).map(|c| c.type_),
+            Some("SuccessCriteriaMet".to_owned()),
+            "the time it succeeded is the same whichever of the two a reconcile sees first"
+        );
+        assert_eq!(
+            succeeded(&job_with(&["Complete"])).map(|c| c.type_),
+            Some("Complete".to_owned())
+        );
+        assert!(finished(&job_with(&["SuccessCriteriaMet"])));
+    }
+
+    #[test]
+    fn a_job_has_failed_only_once_its_pods_are_stopped() {
+        let stopping = job_with(&["FailureTarget"]);
+        assert!(failed(&stopping).is_none() && !finished(&stopping));
+        let done = job_with(&["FailureTarget", "Failed"]);
+        assert_eq!(failed(&done).map(|c| c.type_), Some("Failed".to_owned()));
+        assert!(finished(&done) && succeeded(&done).is_none());
+    }
 
     fn mount(name: &str, path: &str) -> VolumeMount {
         VolumeMount {

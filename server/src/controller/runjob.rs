@@ -307,19 +307,10 @@ pub fn status_from_job(run: &RunJob, job: &Job, now: Timestamp) -> RunJobStatus 
     });
     let job_status = job.status.clone().unwrap_or_default();
     status.start_time = job_status.start_time.clone();
-    let terminal = |type_: &str| {
-        job_status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == type_ && c.status == "True")
-            .cloned()
-    };
-    if let Some(done) = terminal("Complete") {
-        let at = job_status
-            .completion_time
-            .clone()
-            .or(done.last_transition_time)
+    if let Some(done) = super::job::succeeded(job) {
+        let at = done
+            .last_transition_time
+            .or(job_status.completion_time.clone())
             .map_or(now, |t| t.0);
         return finished(
             status,
@@ -329,7 +320,7 @@ pub fn status_from_job(run: &RunJob, job: &Job, now: Timestamp) -> RunJobStatus 
             at,
         );
     }
-    if let Some(fail) = terminal("Failed") {
+    if let Some(fail) = super::job::failed(job) {
         let at = fail.last_transition_time.map_or(now, |t| t.0);
         let reason = fail.reason.unwrap_or_else(|| "Failed".into());
         let message = match fail.message {

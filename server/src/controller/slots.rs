@@ -143,7 +143,11 @@ fn taken(
         let run_in_flight = runs.get(&key).is_some_and(|r| r.is_in_flight());
         run_in_flight && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
     });
-    let running = jobs.state().iter().filter(|j| !job_finished(j)).count();
+    let running = jobs
+        .state()
+        .iter()
+        .filter(|j| !super::job::finished(j))
+        .count();
     running + admitted.len()
 }
 
@@ -156,18 +160,6 @@ fn waiting(run: &RunJob, jobs: &Store<Job>, admitted: &BTreeSet<String>, namespa
         && run.status.as_ref().is_none_or(|s| s.job_ref.is_none())
         && !admitted.contains(name)
         && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
-}
-
-/// A Job whose `Complete` or `Failed` condition is true holds no slot.
-pub fn job_finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
 }
 
 #[cfg(test)]

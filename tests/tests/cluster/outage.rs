@@ -13,7 +13,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use sentry_tenants::controller::slots::job_finished;
+use sentry_tenants::controller::job;
 use sentry_tenants::crd::{Tenant, TenantPhase};
 use sentry_tenants::install::Values;
 use sentry_tenants_tests::PATIENCE;
@@ -54,7 +54,7 @@ fn watch_jobs_in_flight(s: &Setup) -> (Arc<Mutex<usize>>, tokio::task::JoinHandl
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) => {
-                    unfinished.insert(job.name_any(), !job_finished(&job));
+                    unfinished.insert(job.name_any(), !job::finished(&job));
                 }
                 Ok(watcher::Event::Delete(job)) => {
                     unfinished.remove(&job.name_any());

@@ -45,18 +45,68 @@ pub async fn password(s: &Setup, tenant: &str) -> String {
     String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap()
 }
 
+/// Every phase the run `name` shows, in order, as a watch sees its changes.
+fn record_phases(
+    s: &Setup,
+    name: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Vec<RunPhase>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = std::sync::Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        let mut events = watcher(runs, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(run)) = events.next().await {
+            let phase = run.status.and_then(|st| st.phase);
+            let mut seen = into.lock().unwrap();
+            if let Some(phase) = phase.filter(|p| seen.last() != Some(p)) {
+                seen.push(phase);
+            }
+        }
+    });
+    (seen, task)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_is_cleaned_up() {
     let s = setup("provision").await;
     let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN_USER, ADMIN_PASS).await;
     s.install_with_clickhouse(&ch.url, (ADMIN_USER, ADMIN_PASS))
         .await;
+    let (phases, watch) = record_phases(&s, "acme-provision-1");
     s.apply(&tenant("acme", false));
     s.apply(&provision_run("acme-provision-1", "acme", 5));
 
     let run = finished(&s, "acme-provision-1").await;
     let status = run.status.clone().unwrap();
     assert_eq!(status.phase, Some(RunPhase::Succeeded), "{status:#?}");
+    watch.abort();
+    // The real Job controller says SuccessCriteriaMet (active 0) before Complete: the run must not
+    // read "waiting for its pod" in between.
+    // (A quick pod may go by between two reconciles, so Running need not show; order is what counts.)
+    let order = [RunPhase::Pending, RunPhase::Running, RunPhase::Succeeded];
+    let phases = phases.lock().unwrap().clone();
+    let ranks: Vec<usize> = phases
+        .iter()
+        .map(|p| {
+            order
+                .iter()
+                .position(|o| o == p)
+                .expect("a phase of a run that succeeds")
+        })
+        .collect();
+    assert!(
+        ranks.windows(2).all(|w| w[0] < w[1]) && phases.last() == Some(&RunPhase::Succeeded),
+        "the run's phases only move forward: {phases:?}"
+    );
     assert!(
         status.log_tail.as_deref().is_some_and(|l| !l.is_empty()),
         "the run's log tail, read through the apiserver from the kubelet: {status:#?}"

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use sentry_tenants::controller::slots::job_finished;
+use sentry_tenants::controller::job;
 use sentry_tenants::crd::{ProvisioningPolicy, RunAction, RunPhase};
 use sentry_tenants_tests::Cluster;
 
@@ -12,7 +12,7 @@ async fn unfinished_jobs(c: &Cluster) -> Vec<String> {
     let jobs: Vec<Job> = c.jobs().list(&Default::default()).await.unwrap().items;
     let mut names: Vec<String> = jobs
         .iter()
-        .filter(|j| !job_finished(j))
+        .filter(|j| !job::finished(j))
         .map(|j| j.name_any())
         .collect();
     names.sort();
