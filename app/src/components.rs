@@ -94,10 +94,7 @@ pub fn TenantActions(row: TenantRow, may: Allowed, #[prop(into)] here: String) -
     }
     let name = row.name.clone();
     let provision_label = row.provision_label();
-    let confirm_href = format!(
-        "{here}{}confirm=suspend&tenant={name}",
-        if here.contains('?') { '&' } else { '?' }
-    );
+    let confirm_href = confirm(&here, "suspend", &name);
     view! {
         <div class="actions" data-focus-group=format!("actions-{name}")>
             {(may.start_runs && row.can_provision()).then(|| view! {
@@ -119,10 +116,17 @@ pub fn TenantActions(row: TenantRow, may: Allowed, #[prop(into)] here: String) -
                 <PostForm action=format!("/actions/tenants/{name}/rotate")>
                     <button type="submit" class="btn" title="Issue a new password; the old one keeps working for the tenant's rotation grace period where ClickHouse allows it">"Rotate credentials"</button>
                 </PostForm>
+                <a class="btn danger-outline" href=confirm(&here, "revoke", &name) title="For a leaked password: a new one, every other refused at once, running queries ended">"Revoke credentials"</a>
             })}
         </div>
     }
     .into_any()
+}
+
+/// `here` with `confirm=ACTION&tenant=NAME` added: the link that asks before a destructive action.
+fn confirm(here: &str, action: &str, name: &str) -> String {
+    let join = if here.contains('?') { '&' } else { '?' };
+    format!("{here}{join}confirm={action}&tenant={name}")
 }
 
 /// The confirmation for Delete (`?confirm=delete` on the tenant's page): it says what the tenant's
@@ -146,6 +150,28 @@ pub fn ConfirmDelete(row: TenantRow, allowed: bool) -> impl IntoView {
                     </PostForm>
                 </div>
             }
+        })
+    }
+}
+
+/// The confirmation for Revoke, requested with `?confirm=revoke&tenant=…`: what the apps will feel.
+#[component]
+pub fn ConfirmRevoke(allowed: bool, #[prop(into)] back: String) -> impl IntoView {
+    let query = use_query_map();
+    move || {
+        let q = query.get();
+        let tenant = q
+            .get("tenant")
+            .filter(|_| q.get("confirm").as_deref() == Some("revoke") && allowed)?;
+        let back = back.clone();
+        Some(view! {
+            <div class="confirm" role="dialog" aria-label="Confirm revoke">
+                <p>"Revoke the credentials of " <strong>{tenant.clone()}</strong> "? It gets a new password and every other stops working at once, with no grace period; its running queries are ended. Its apps fail until they read the new password from the Secret."</p>
+                <PostForm action=format!("/actions/tenants/{tenant}/revoke") return_to=back.clone()>
+                    <button type="submit" id="confirm_revoke" class="btn danger" autofocus>"Revoke " {tenant.clone()}</button>
+                    <a class="btn" href=back.clone()>"Cancel"</a>
+                </PostForm>
+            </div>
         })
     }
 }

@@ -14,6 +14,7 @@ pub struct Refused {
 
 /// ClickHouse's codes for the refusals modelled here.
 pub mod codes {
+    pub const BAD_ARGUMENTS: u32 = 36;
     pub const UNKNOWN_USER: u32 = 192;
     pub const UNKNOWN_ROLE: u32 = 511;
 }
@@ -25,9 +26,9 @@ pub struct Model {
     pub users: HashMap<String, String>,
     pub locked: HashMap<String, bool>,
     pub databases: HashSet<String>,
-    /// User → an older password hash still accepted until the time given (`VALID UNTIL`), as a
-    /// rotation on a server holding several authentication methods leaves it.
-    pub previous: HashMap<String, (String, jiff::Timestamp)>,
+    /// User → its other authentication methods (ClickHouse ≥ 24.9 holds several per user), each a
+    /// password hash accepted until its own `VALID UNTIL`, as rotations on such a server leave them.
+    pub expiring: HashMap<String, Vec<(String, jiff::Timestamp)>>,
     /// Settings profile → its `setting = value` constraints, in order, and the user it is assigned to.
     pub profiles: HashMap<String, (Vec<(String, i64)>, String)>,
     /// Quota → queries per hour, and the user it is assigned to.
@@ -46,6 +47,34 @@ pub struct Model {
     pub roles: BTreeSet<String>,
     pub role_grants: HashMap<String, BTreeSet<String>>,
     pub database_grants: HashMap<String, BTreeSet<String>>,
+}
+
+/// ClickHouse's `max_authentication_methods_per_user` default: a user with more is refused.
+pub const MAX_AUTHENTICATION_METHODS: usize = 100;
+
+/// The authentication methods of `IDENTIFIED WITH sha256_hash BY 'h' [VALID UNTIL 't'], sha256_hash BY
+/// 'h' …`, in order: each hash and its expiry, if it has one.
+fn auth_methods(sql: &str) -> Vec<(String, Option<jiff::Timestamp>)> {
+    let mut methods = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find(" BY '") {
+        rest = &rest[at + 5..];
+        let end = rest.find('\'').expect("a closed hash");
+        let hash = rest[..end].to_owned();
+        rest = &rest[end + 1..];
+        let mut until = None;
+        if let Some(time) = rest.strip_prefix(" VALID UNTIL '") {
+            let end = time.find('\'').expect("a closed time");
+            until = Some(
+                time[..end]
+                    .parse()
+                    .expect("VALID UNTIL is an RFC 3339 time"),
+            );
+            rest = &time[end + 1..];
+        }
+        methods.push((hash, until));
+    }
+    methods
 }
 
 fn quoted_after<'a>(sql: &'a str, marker: &str) -> Option<&'a str> {
@@ -111,6 +140,12 @@ impl Model {
                     message: format!("There is no user `{user}` in user directories"),
                 });
             }
+        }
+        if auth_methods(sql).len() > MAX_AUTHENTICATION_METHODS {
+            return Err(Refused {
+                code: codes::BAD_ARGUMENTS,
+                message: "User can not be created/updated because it exceeds the allowed quantity of authentication methods per user. Check the `max_authentication_methods_per_user` setting".to_owned(),
+            });
         }
         Ok(self.change(sql))
     }
@@ -260,7 +295,7 @@ impl Model {
         } else if let Some(user) = quoted_after(sql, "DROP USER IF EXISTS ") {
             self.users.remove(user);
             self.locked.remove(user);
-            self.previous.remove(user);
+            self.expiring.remove(user);
             self.role_grants.remove(user);
             self.database_grants.remove(user);
         } else if sql.starts_with("CREATE USER IF NOT EXISTS ") {
@@ -276,24 +311,19 @@ impl Model {
             let user = quoted_after(sql, "ALTER USER ")
                 .unwrap_or_default()
                 .to_owned();
-            if sql.contains(" BY ") {
-                let first = quoted_after(sql, "BY ").unwrap_or_default().to_owned();
-                // `IDENTIFIED WITH sha256_hash BY 'old' VALID UNTIL 't', sha256_hash BY 'new'`: both
-                // methods, the old one until `t`; a plain `IDENTIFIED … BY 'h'` replaces them all.
-                match quoted_after(sql, " VALID UNTIL ") {
-                    Some(until) => {
-                        let new = quoted_after(sql, ", sha256_hash BY ")
-                            .unwrap_or_default()
-                            .to_owned();
-                        let until = until.parse().expect("VALID UNTIL is an RFC 3339 time");
-                        self.previous.insert(user.clone(), (first, until));
-                        self.users.insert(user.clone(), new);
-                    }
-                    None => {
-                        self.previous.remove(&user);
-                        self.users.insert(user.clone(), first);
-                    }
-                }
+            // `IDENTIFIED WITH …` sets the user's whole set of methods: each one listed, those with a
+            // `VALID UNTIL` accepted until then. The provisioner always lists one with no expiry.
+            let methods = auth_methods(sql);
+            if !methods.is_empty() {
+                let (forever, expiring): (Vec<_>, Vec<_>) =
+                    methods.into_iter().partition(|(_, until)| until.is_none());
+                assert_eq!(forever.len(), 1, "one password with no expiry: {sql}");
+                self.users.insert(user.clone(), forever[0].0.clone());
+                let expiring = expiring
+                    .into_iter()
+                    .filter_map(|(hash, until)| Some((hash, until?)))
+                    .collect();
+                self.expiring.insert(user.clone(), expiring);
             }
             if sql.contains(" HOST ") {
                 self.locked.insert(user, host_locked);
@@ -336,10 +366,12 @@ impl Model {
         if crate::rehearsal::logins_refused() {
             return false;
         }
-        let older = self
-            .previous
-            .get(user)
-            .is_some_and(|(hash, until)| *hash == sha256_hex(password) && self.now() < *until);
+        let hash = sha256_hex(password);
+        let older = self.expiring.get(user).is_some_and(|methods| {
+            methods
+                .iter()
+                .any(|(h, until)| *h == hash && self.now() < *until)
+        });
         (self.password_matches(user, password) || older)
             && !self.locked.get(user).copied().unwrap_or(false)
     }

@@ -334,6 +334,12 @@ impl ClickHouseStandIn {
         inner.model.users.contains_key(user)
     }
 
+    /// A query of `user` running now (as `system.processes` would show it), for `KILL QUERY` to end.
+    pub fn start_query(&self, user: &str, id: &str) {
+        let mut inner = self.shared.inner.lock().expect("lock");
+        inner.model.running.push((user.to_owned(), id.to_owned()));
+    }
+
     /// Reads the server's state (profiles, quotas, …).
     pub fn model<T>(&self, read: impl FnOnce(&Model) -> T) -> T {
         read(&self.shared.inner.lock().expect("lock").model)

@@ -5,8 +5,8 @@ use super::{RunsTable, load_error};
 use crate::api::get_tenant;
 use crate::charts::RunTimeline;
 use crate::components::{
-    ConfirmDelete, ConfirmSuspend, Flash, LIMIT_FIELDS, LimitsFields, PhaseBadge, ReadyCell,
-    TenantActions, limits_fields,
+    ConfirmDelete, ConfirmRevoke, ConfirmSuspend, Flash, LIMIT_FIELDS, LimitsFields, PhaseBadge,
+    ReadyCell, TenantActions, limits_fields,
 };
 use crate::forms::{PostForm, current_url};
 
@@ -43,6 +43,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <TenantActions row=t.clone() may here=here.clone()/>
                             </div>
                             <ConfirmSuspend allowed=may.change back=here.clone()/>
+                            <ConfirmRevoke allowed=may.start_runs back=here.clone()/>
                             <ConfirmDelete row=t.clone() allowed=may.delete/>
                             {t.display_name.clone().map(|n| view! { <p class="sub">{n}</p> })}
                             <dl class="facts">

@@ -4,7 +4,8 @@ use leptos_router::hooks::use_query_map;
 use super::load_error;
 use crate::api::get_tenants;
 use crate::components::{
-    Clock, ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell, TenantActions,
+    Clock, ConfirmRevoke, ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell,
+    TenantActions,
 };
 use crate::forms::current_url;
 use crate::model::TENANT_PHASES;
@@ -80,6 +81,7 @@ pub fn TenantsPage() -> impl IntoView {
                         let may = meta.may;
                         view! {
                             <ConfirmSuspend allowed=may.change back=here.clone()/>
+                            <ConfirmRevoke allowed=may.start_runs back=here.clone()/>
                             <table class="grid">
                                 <thead><tr>
                                     <th>"Name"</th><th>"Phase"</th><th>"Ready"</th><th>"Database"</th>

@@ -18,7 +18,7 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     category = "sentry",
     derive = "PartialEq",
     derive = "Default",
-    doc = "One run of Provision, Suspend, Resume, Rotate, SetLimits or Deprovision for a tenant, carried out by the Job it controls.",
+    doc = "One run of Provision, Suspend, Resume, Rotate, Revoke, SetLimits or Deprovision for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -95,18 +95,22 @@ pub enum RunAction {
     /// Issues a new password: on servers that hold several per user the old one keeps working for
     /// the tenant's `spec.rotationGracePeriod`, on older ones the switch is immediate.
     Rotate,
+    /// Issues a new password and revokes every other at once, with no grace, and ends the tenant's
+    /// running queries: for an incident (a password that leaked).
+    Revoke,
     /// Makes ClickHouse enforce the tenant's `spec.limits` (its settings profile and quota); made by
     /// the Tenant controller when the limits change.
     SetLimits,
 }
 
 impl RunAction {
-    pub const ALL: [RunAction; 6] = [
+    pub const ALL: [RunAction; 7] = [
         Self::Provision,
         Self::Suspend,
         Self::Resume,
         Self::Deprovision,
         Self::Rotate,
+        Self::Revoke,
         Self::SetLimits,
     ];
 
@@ -118,6 +122,7 @@ impl RunAction {
             Self::Deprovision => "Deprovision",
             Self::Rotate => "Rotate",
             Self::SetLimits => "SetLimits",
+            Self::Revoke => "Revoke",
         }
     }
 }
@@ -130,9 +135,8 @@ impl std::str::FromStr for RunAction {
             .into_iter()
             .find(|a| a.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!(
-                    "unknown action {s:?}: expected one of Provision, Suspend, Resume, Deprovision, Rotate, SetLimits"
-                )
+                let all: Vec<&str> = Self::ALL.iter().map(|a| a.as_str()).collect();
+                format!("unknown action {s:?}: expected one of {}", all.join(", "))
             })
     }
 }

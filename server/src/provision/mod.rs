@@ -9,6 +9,7 @@
 pub mod clickhouse;
 pub mod error;
 pub mod ownership;
+pub mod rotation;
 pub mod sql;
 mod tenant_sync;
 
@@ -158,10 +159,17 @@ pub enum Outcome {
         database: String,
     },
     /// A Rotate run: `old_valid_until` when the server kept the old password for the grace period.
+    /// `earlier_still_valid`: passwords of earlier rotations still accepted until their own expiry.
     RotatedWithGrace {
         database: String,
         old_valid_until: Option<jiff::Timestamp>,
+        earlier_still_valid: usize,
         version: String,
+    },
+    /// A Revoke run: `queries_ended` as for [`Outcome::Locked`].
+    Revoked {
+        database: String,
+        queries_ended: Option<usize>,
     },
     /// A Suspend run: `queries_ended` is how many running queries of the user were asked to stop,
     /// `None` on a cluster (whose answer is each host's status, not the queries).
@@ -214,19 +222,38 @@ impl Outcome {
             Self::RotatedWithGrace {
                 database,
                 old_valid_until: Some(until),
+                earlier_still_valid,
                 ..
             } => format!(
-                "rotated the credentials of {database}: the Secret holds the new password; the old one is accepted until {}",
-                until.strftime("%Y-%m-%dT%H:%M:%SZ")
+                "rotated the credentials of {database}: the Secret holds the new password; the old one is accepted until {}{}",
+                until.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                match earlier_still_valid {
+                    0 => String::new(),
+                    1 => "; 1 password of an earlier rotation until its own expiry".to_owned(),
+                    n => format!("; {n} passwords of earlier rotations until their own expiry"),
+                }
             ),
             Self::RotatedWithGrace {
                 database,
                 old_valid_until: None,
                 version,
+                ..
             } => format!(
                 "rotated the credentials of {database} in a single switch: ClickHouse {version} keeps one password per user (several arrived in {}.{}), so the old password stopped working at once",
                 sql::MIN_OVERLAP_VERSION.0,
                 sql::MIN_OVERLAP_VERSION.1
+            ),
+            Self::Revoked {
+                database,
+                queries_ended,
+            } => format!(
+                "revoked every earlier password of {database} at once: the Secret holds the new one; {}",
+                match queries_ended {
+                    Some(0) => "no query of the tenant was running".to_owned(),
+                    Some(1) => "1 running query of the tenant asked to stop".to_owned(),
+                    Some(n) => format!("{n} running queries of the tenant asked to stop"),
+                    None => "the tenant's running queries asked to stop on every host".to_owned(),
+                }
             ),
             Self::Locked {
                 queries_ended: Some(0),
@@ -320,6 +347,7 @@ impl<C: ClickHouse> Provisioner<C> {
             _ if deleting => Err(ProvisionError::TenantDeleting { name: name_s() }),
             RunAction::Provision => self.provision(name, &tenant, &ids).await,
             RunAction::Rotate => self.rotate_credentials(name, &tenant, &ids).await,
+            RunAction::Revoke => self.revoke_credentials(name, &tenant, &ids).await,
             RunAction::Suspend | RunAction::Resume => {
                 self.set_locked(name, &tenant, &ids, action == RunAction::Suspend)
                     .await
@@ -367,22 +395,28 @@ impl<C: ClickHouse> Provisioner<C> {
             .passwords_for_rotation(name, tenant)
             .await?
             .ok_or_else(|| would_rotate(name, ids))?;
-        let old = on_file.current.clone();
         let new = self.pending_or_fresh(name, &on_file).await?;
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
-        let until = overlap.then(|| self.clock.now() + tenant.spec.rotation_grace());
+        let now = self.clock.now();
+        let until = overlap.then(|| now + tenant.spec.rotation_grace());
+        // Every password still valid stays so until its own expiry, this rotation's old one too.
+        let kept = until.map_or_else(Vec::new, |until| {
+            let old = sha256_hex(&on_file.current);
+            rotation::kept(&on_file.retiring, &old, &sha256_hex(&new), now, until)
+        });
         let statement = match until {
-            Some(until) => sql::rotate_with_overlap(
-                ids,
-                &sha256_hex(&old),
-                &sha256_hex(&new),
-                &until.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            ),
+            Some(_) => sql::rotate_keeping(ids, &kept, &sha256_hex(&new)),
             None => sql::rotate(ids, &sha256_hex(&new)),
         };
         self.exec(&statement.sql).await?;
         self.sync
-            .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &new)
+            .commit_password(
+                name,
+                ids.database.as_str(),
+                &self.clickhouse_url,
+                &new,
+                &kept,
+            )
             .await?;
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
@@ -390,8 +424,50 @@ impl<C: ClickHouse> Provisioner<C> {
         Ok(Outcome::RotatedWithGrace {
             database: ids.database.as_str().to_owned(),
             old_valid_until: until,
+            earlier_still_valid: kept.len().saturating_sub(1),
             version,
         })
+    }
+
+    /// A Revoke run: a new password and no other, every earlier one refused at once (a rotation's
+    /// grace included), and the tenant's running queries ended. Crash-safe as Rotate: the new password
+    /// is on file as pending before ClickHouse hears of it, and a re-run reuses it.
+    async fn revoke_credentials(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<Outcome, ProvisionError> {
+        self.provisioned_user(name, tenant, ids).await?;
+        let on_file = self
+            .sync
+            .passwords_for_rotation(name, tenant)
+            .await?
+            .ok_or_else(|| would_rotate(name, ids))?;
+        let new = self.pending_or_fresh(name, &on_file).await?;
+        self.exec(&sql::rotate(ids, &sha256_hex(&new)).sql).await?;
+        // After the switch, so that no query with an old password starts once these are asked to stop.
+        let queries_ended = self.end_queries(ids).await?;
+        self.sync
+            .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &new, &[])
+            .await?;
+        if !tenant.spec.suspended {
+            self.verify_login(name, ids, &new).await?;
+        }
+        Ok(Outcome::Revoked {
+            database: ids.database.as_str().to_owned(),
+            queries_ended,
+        })
+    }
+
+    /// Asks the tenant's running queries to stop: how many there were, or `None` on a cluster (whose
+    /// answer is each host's status, not the queries).
+    async fn end_queries(&self, ids: &TenantIdents) -> Result<Option<usize>, ProvisionError> {
+        let answer = self.exec(&sql::end_queries(ids).sql).await?;
+        Ok(self
+            .cluster
+            .is_none()
+            .then(|| answer.lines().filter(|l| !l.is_empty()).count()))
     }
 
     /// The new password of a rotation: the one a cut-short run left pending, else a fresh one put on
@@ -565,7 +641,13 @@ impl<C: ClickHouse> Provisioner<C> {
         if rotated {
             self.exec(&sql::rotate(ids, &hash).sql).await?;
             self.sync
-                .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &password)
+                .commit_password(
+                    name,
+                    ids.database.as_str(),
+                    &self.clickhouse_url,
+                    &password,
+                    &[],
+                )
                 .await?;
         }
         if !locked {
@@ -609,12 +691,7 @@ impl<C: ClickHouse> Provisioner<C> {
         self.exec(&sql::set_locked(ids, locked).sql).await?;
         // After the lock, so that no new query can start once these are asked to stop.
         let queries_ended = if locked {
-            let answer = self.exec(&sql::end_queries(ids).sql).await?;
-            Some(
-                self.cluster
-                    .is_none()
-                    .then(|| answer.lines().filter(|l| !l.is_empty()).count()),
-            )
+            Some(self.end_queries(ids).await?)
         } else {
             None
         };

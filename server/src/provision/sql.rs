@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::rotation::Retiring;
 use crate::crd::{ReclaimPolicy, RunAction, TenantLimits};
 use crate::names::TenantName;
 
@@ -380,25 +381,32 @@ pub fn rotate(ids: &TenantIdents, password_sha256_hex: &str) -> Statement {
     }
 }
 
-/// Rotate on a server that holds several passwords per user: the new one, and the old one until
-/// `valid_until` (an RFC 3339 UTC time). One statement sets both, so a re-run sets the same state.
-pub fn rotate_with_overlap(
-    ids: &TenantIdents,
-    old_sha256_hex: &str,
-    new_sha256_hex: &str,
-    valid_until: &str,
-) -> Statement {
-    let until = quote_str(valid_until);
-    let text = |old: &str, new: &str| {
+/// Rotate on a server that holds several passwords per user: every password `kept` until its own
+/// expiry, and the new one. One statement sets the whole list, so a re-run sets the same state.
+pub fn rotate_keeping(ids: &TenantIdents, kept: &[Retiring], new_sha256_hex: &str) -> Statement {
+    let text = |hash: &dyn Fn(&str) -> String| {
+        let methods: Vec<String> = kept
+            .iter()
+            .map(|k| {
+                let until = k.valid_until.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                format!(
+                    "sha256_hash BY {} VALID UNTIL {}",
+                    hash(&k.sha256),
+                    quote_str(&until)
+                )
+            })
+            .chain([format!("sha256_hash BY {}", hash(new_sha256_hex))])
+            .collect();
         format!(
-            "ALTER USER {}{} IDENTIFIED WITH sha256_hash BY {old} VALID UNTIL {until}, sha256_hash BY {new}",
+            "ALTER USER {}{} IDENTIFIED WITH {}",
             ids.user,
-            ids.on()
+            ids.on(),
+            methods.join(", ")
         )
     };
     Statement {
-        sql: text(&quote_str(old_sha256_hex), &quote_str(new_sha256_hex)),
-        redacted: text("'<redacted>'", "'<redacted>'"),
+        sql: text(&|h| quote_str(h)),
+        redacted: text(&|_| "'<redacted>'".to_owned()),
     }
 }
 
@@ -542,13 +550,13 @@ pub fn plan(
         RunAction::Resume => out.push(set_locked(ids, false)),
         RunAction::SetLimits => out.extend(set_limits(ids, &desired.limits)),
         // What a current server is sent (the time an example); an older one gets `rotate`.
+        RunAction::Revoke => out.extend([rotate(ids, password_sha256_hex), end_queries(ids)]),
         RunAction::Rotate => {
-            let mut st = rotate_with_overlap(
-                ids,
-                password_sha256_hex,
-                password_sha256_hex,
-                "2026-12-01T12:00:00Z",
-            );
+            let example = Retiring {
+                sha256: password_sha256_hex.to_owned(),
+                valid_until: "2026-12-01T12:00:00Z".parse().expect("a time"),
+            };
+            let mut st = rotate_keeping(ids, &[example], password_sha256_hex);
             st.redacted = st
                 .redacted
                 .replace("'2026-12-01T12:00:00Z'", "'<now + rotationGracePeriod>'");

@@ -18,6 +18,8 @@ pub const PASSWORD_KEY: &str = "password";
 pub const DATABASE_KEY: &str = "database";
 /// A Rotate run's new password while the run is under way; gone once it is the `password`.
 pub const PENDING_PASSWORD_KEY: &str = "pendingPassword";
+/// Earlier passwords ClickHouse still accepts, by hash and expiry (see `rotation`).
+pub const RETIRING_PASSWORDS_KEY: &str = "retiringPasswords";
 
 /// The passwords of a credentials Secret, as one read found them.
 #[derive(Debug, Clone)]
@@ -26,6 +28,8 @@ pub struct Passwords {
     pub current: String,
     /// `pendingPassword`: a rotation's new one that ClickHouse may not know yet.
     pub pending: Option<String>,
+    /// `retiringPasswords`: earlier passwords ClickHouse still accepts until their own expiry.
+    pub retiring: Vec<super::rotation::Retiring>,
     /// The Secret's resourceVersion at that read.
     pub read_at: String,
 }
@@ -291,6 +295,9 @@ impl TenantSync {
         Ok(Some(Passwords {
             current: password_on_file(&secret, name, tenant)?,
             pending: secret_value(&secret, PENDING_PASSWORD_KEY),
+            retiring: super::rotation::parse(
+                secret_value(&secret, RETIRING_PASSWORDS_KEY).as_deref(),
+            ),
             read_at: secret.metadata.resource_version.unwrap_or_default(),
         }))
     }
@@ -323,13 +330,15 @@ impl TenantSync {
         }
     }
 
-    /// Makes a Rotate run's new password the one on file (and in `uri`), the pending copy gone.
+    /// Makes a rotation's new password the one on file (and in `uri`), the pending copy gone, and
+    /// `retiring` the earlier passwords ClickHouse still accepts.
     pub async fn commit_password(
         &self,
         name: &TenantName,
         database: &str,
         url: &str,
         password: &str,
+        retiring: &[super::rotation::Retiring],
     ) -> Result<(), ProvisionError> {
         let mut data: serde_json::Map<String, serde_json::Value> =
             credentials(url, database, password)
@@ -337,6 +346,11 @@ impl TenantSync {
                 .map(|(k, v)| (k.to_owned(), json!(ByteString(v.into_bytes()))))
                 .collect();
         data.insert(PENDING_PASSWORD_KEY.to_owned(), serde_json::Value::Null);
+        let retiring = match retiring {
+            [] => serde_json::Value::Null,
+            kept => json!(ByteString(super::rotation::to_text(kept).into_bytes())),
+        };
+        data.insert(RETIRING_PASSWORDS_KEY.to_owned(), retiring);
         self.patch_secret(name, &json!({ "data": data }), "update")
             .await
     }
@@ -406,6 +420,7 @@ impl TenantSync {
             Outcome::Provisioned { .. } => "Provisioned",
             Outcome::Resynced { .. } => "StatusResynced",
             Outcome::Rotated { .. } | Outcome::RotatedWithGrace { .. } => "CredentialsRotated",
+            Outcome::Revoked { .. } => "CredentialsRevoked",
             Outcome::Locked { .. } => "AccessLocked",
             Outcome::Unlocked => "AccessUnlocked",
             Outcome::Superseded { .. } => "RunSuperseded",

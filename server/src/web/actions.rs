@@ -1,4 +1,4 @@
-//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate, Delete — as plain form posts. Without
+//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate, Revoke, Delete — as plain form posts. Without
 //! JavaScript they redirect back (303) with the outcome in the query; the hydrated page asks for JSON
 //! instead. Every request must come from the dashboard's own origin, and none of these routes exists
 //! in read-only mode.
@@ -58,6 +58,7 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/suspend", post(suspend))
         .route("/tenants/{name}/resume", post(resume))
         .route("/tenants/{name}/rotate", post(rotate))
+        .route("/tenants/{name}/revoke", post(revoke))
         .route("/tenants/{name}/delete", post(delete))
         .route("/tenants/{name}/limits", post(change_limits))
         .route_layer(middleware::from_fn(from_our_pages_only))
@@ -70,7 +71,7 @@ async fn no_such_action(uri: axum::http::Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
         format!(
-            "no such action: /actions{} (the actions are provision, suspend, resume, rotate, delete and limits)",
+            "no such action: /actions{} (the actions are provision, suspend, resume, rotate, revoke, delete and limits)",
             uri.path()
         ),
     )
@@ -520,7 +521,7 @@ async fn rotate(
     headers: HeaderMap,
     Form(form): Form<ReturnForm>,
 ) -> Response {
-    let outcome = start_rotate(&a, &name).await;
+    let outcome = start_credentials_run(&a, &name, RunAction::Rotate).await;
     answer(
         &a,
         "Rotate",
@@ -533,7 +534,29 @@ async fn rotate(
     .await
 }
 
-async fn start_rotate(a: &Actions, name: &str) -> Outcome {
+async fn revoke(
+    State(a): State<Arc<Actions>>,
+    Path(name): Path<String>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    Form(form): Form<ReturnForm>,
+) -> Response {
+    let outcome = start_credentials_run(&a, &name, RunAction::Revoke).await;
+    answer(
+        &a,
+        "Revoke",
+        &name,
+        outcome,
+        peer,
+        &headers,
+        form.return_to.as_deref(),
+    )
+    .await
+}
+
+/// A Rotate or Revoke run: only for a provisioned tenant, and one credentials change at a time (a
+/// Revoke while a Rotate runs would race it for the pending password).
+async fn start_credentials_run(a: &Actions, name: &str, action: RunAction) -> Outcome {
     let tenant = match find(a, name).await {
         Ok(t) => t,
         Err(o) => return o,
@@ -541,17 +564,41 @@ async fn start_rotate(a: &Actions, name: &str) -> Outcome {
     if !tenant.is_provisioned() {
         return Outcome::failed(
             StatusCode::CONFLICT,
-            format!("{name} is not provisioned yet: there are no credentials to rotate"),
+            format!(
+                "{name} is not provisioned yet: there are no credentials to {}",
+                action.as_str().to_lowercase()
+            ),
         );
     }
-    start_run(
-        a,
-        &tenant,
-        RunAction::Rotate,
-        "having its credentials rotated",
-        "Rotating the credentials of",
-    )
-    .await
+    let other = match action {
+        RunAction::Revoke => RunAction::Rotate,
+        _ => RunAction::Revoke,
+    };
+    let runs = a.stores.runs_of(&a.namespace, name);
+    if let Some(r) = runs
+        .iter()
+        .find(|r| r.spec.action == other && r.is_in_flight())
+    {
+        return Outcome::failed(
+            StatusCode::CONFLICT,
+            format!(
+                "{name} is having its credentials changed by {} ({}): try again once it has finished",
+                r.name_any(),
+                other.as_str()
+            ),
+        );
+    }
+    let (busy, started) = match action {
+        RunAction::Revoke => (
+            "having its credentials revoked",
+            "Revoking every earlier password of",
+        ),
+        _ => (
+            "having its credentials rotated",
+            "Rotating the credentials of",
+        ),
+    };
+    start_run(a, &tenant, action, busy, started).await
 }
 
 /// Starts a run of `action` for `tenant` unless one is in flight: a double click, or a second

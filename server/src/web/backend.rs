@@ -128,7 +128,7 @@ impl Busy {
     fn add(&mut self, action: RunAction) {
         match action {
             RunAction::Provision => self.provision = true,
-            RunAction::Rotate => self.rotate = true,
+            RunAction::Rotate | RunAction::Revoke => self.rotate = true,
             _ => {}
         }
     }
@@ -164,16 +164,18 @@ fn clickhouse_generation(t: &Tenant) -> String {
     }
 }
 
-/// The credentials' latest rotation, from a Rotate run in flight or the history.
+/// The credentials' latest rotation or revocation, from a run in flight or the history.
 fn credentials(t: &Tenant, rotating: bool) -> String {
     if rotating {
         return "rotating…".to_owned();
     }
-    match t.history().iter().find(|h| h.action == RunAction::Rotate) {
+    let changed = |a: RunAction| matches!(a, RunAction::Rotate | RunAction::Revoke);
+    match t.history().iter().find(|h| changed(h.action)) {
         None => "never rotated".to_owned(),
         Some(h) if h.phase == RunPhase::Failed => {
             format!("the last rotation ({}) failed: {}", h.name, h.message)
         }
+        Some(h) if h.action == RunAction::Revoke => format!("revoked by {}: {}", h.name, h.message),
         Some(h) => format!("rotated by {}: {}", h.name, h.message),
     }
 }

@@ -1,7 +1,8 @@
 //! Rotation on the real control plane: a Rotate RunJob applied with kubectl, run by a real Job whose
 //! pod the node runs, against the ClickHouse HTTP stand-in answering as a current server
 //! (several passwords per user): during the grace period old and new password both log in, after it
-//! only the new one.
+//! only the new one; a second rotation keeps the first one's old password too; a Revoke refuses every
+//! other password at once and ends the tenant's queries.
 
 use kube::api::Api;
 use sentry_tenants::crd::{RunPhase, Tenant, TenantPhase};
@@ -51,6 +52,51 @@ async fn a_rotate_run_keeps_the_old_password_for_the_grace_period_then_only_the_
         .await
         .unwrap();
     assert_eq!(acme.phase(), Some(TenantPhase::Active));
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}
+
+/// Two Rotate runs within one grace period, then a Revoke: after the rotations all three passwords log
+/// in (the second used to replace the first one's list, cutting its old password off); after the
+/// Revoke only its new one does, and the tenant's running query was ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_rotations_keep_every_valid_password_and_revoke_ends_them_all_at_once() {
+    let s = setup("revoke").await;
+    let user = s.ch_user("acme");
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    s.apply("apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\n");
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let mut passwords = vec![password(&s, "acme").await];
+    for (i, action) in ["Rotate", "Rotate", "Revoke"].iter().enumerate() {
+        let run = format!("acme-{}-{i}", action.to_lowercase());
+        if *action == "Revoke" {
+            ch.start_query(&user, "a-long-query");
+        }
+        s.apply(&format!(
+            "apiVersion: sentry.io/v1alpha1\nkind: RunJob\nmetadata:\n  name: {run}\nspec:\n  tenant: acme\n  action: {action}\n"
+        ));
+        let finished = finished(&s, &run).await;
+        let status = finished.status.clone().unwrap();
+        assert_eq!(status.phase, Some(RunPhase::Succeeded), "{status:#?}");
+        passwords.push(password(&s, "acme").await);
+        if *action == "Rotate" {
+            assert!(
+                passwords.iter().all(|p| ch.may_log_in(&user, p)),
+                "every password so far logs in after {run} (grace 1h)"
+            );
+        }
+    }
+    let (revoked, earlier) = passwords.split_last().unwrap();
+    assert!(ch.may_log_in(&user, revoked), "the Revoke run's password");
+    assert!(
+        earlier.iter().all(|p| !ch.may_log_in(&user, p)),
+        "no earlier password after the Revoke"
+    );
+    assert!(
+        ch.model(|m| m.running.is_empty()),
+        "the tenant's running query was ended"
+    );
     assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
     s.assert_no_forbidden();
 }

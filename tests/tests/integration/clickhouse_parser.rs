@@ -8,9 +8,10 @@ use std::process::{Command, Stdio};
 use sentry_tenants::crd::{ReclaimPolicy, RunAction, TenantLimits};
 use sentry_tenants::limits::{MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR};
 use sentry_tenants::names::MAX_TENANT_NAME;
+use sentry_tenants::provision::rotation::Retiring;
 use sentry_tenants::provision::sha256_hex;
 use sentry_tenants::provision::sql::{
-    Desired, Ident, TENANT_PRIVILEGES, plan, quote_ident, quote_str, rotate,
+    Desired, Ident, TENANT_PRIVILEGES, plan, quote_ident, quote_str, rotate, rotate_keeping,
 };
 use sentry_tenants_tests::doc_block;
 use serde_json::Value;
@@ -141,6 +142,15 @@ fn every_generated_statement() -> Vec<String> {
             }
         }
         out.push(rotate(&ids, &hash).sql);
+        // A rotation within the grace of two earlier ones lists three passwords.
+        let kept: Vec<Retiring> = ["2026-12-03T11:00:00Z", "2026-12-03T11:30:00Z"]
+            .iter()
+            .map(|until| Retiring {
+                sha256: hash.clone(),
+                valid_until: until.parse().unwrap(),
+            })
+            .collect();
+        out.push(rotate_keeping(&ids, &kept, &hash).sql);
     }
     out.sort();
     out.dedup();

@@ -1060,6 +1060,81 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
     })
 }
 
+/// Revoke asks first (a link to the page with `?confirm=revoke`, whose dialog posts the action),
+/// starts one Revoke run, and is refused while a Rotate of the same tenant runs: two credentials changes
+/// at once would race for the pending password.
+#[test]
+fn revoke_asks_first_starts_one_run_and_never_beside_a_rotation() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let page = get(dashboard_router(&c, false), "/tenants/globex").await;
+        assert!(
+            page.body
+                .contains(r#"href="/tenants/globex?confirm=revoke&amp;tenant=globex""#),
+            "a Revoke link that asks first: {}",
+            page.body
+        );
+        assert!(
+            !page
+                .body
+                .contains(r#"action="/actions/tenants/globex/revoke""#)
+        );
+        let asked = get(
+            dashboard_router(&c, false),
+            "/tenants/globex?confirm=revoke&tenant=globex",
+        )
+        .await;
+        assert!(
+            asked
+                .body
+                .contains(r#"action="/actions/tenants/globex/revoke""#)
+                && asked.body.contains("every other stops working at once"),
+            "{}",
+            asked.body
+        );
+
+        let refused = act(&c, "/actions/tenants/acme/revoke", "", true).await;
+        assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+        assert!(
+            refused
+                .body
+                .contains("acme is not provisioned yet: there are no credentials to revoke"),
+            "{}",
+            refused.body
+        );
+
+        c.log.clear();
+        let rotating = act(&c, "/actions/tenants/globex/rotate", "", true).await;
+        assert_eq!(rotating.status, StatusCode::OK, "{}", rotating.body);
+        c.sync_stores().await;
+        let beside = act(&c, "/actions/tenants/globex/revoke", "", true).await;
+        assert_eq!(beside.status, StatusCode::CONFLICT, "{}", beside.body);
+        assert!(
+            beside.body.contains(
+                "globex is having its credentials changed by globex-rotate-1 (Rotate): try again once it has finished"
+            ),
+            "{}",
+            beside.body
+        );
+        assert_eq!(c.log.creates_of("runjobs"), 1);
+
+        c.settle().await; // the run's Job made
+        c.job_succeeded("globex-rotate-1").await;
+        c.settle().await;
+        let revoked = act(&c, "/actions/tenants/globex/revoke", "", true).await;
+        assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+        assert!(
+            revoked
+                .body
+                .contains("Revoking every earlier password of globex: run globex-revoke-1 started"),
+            "{}",
+            revoked.body
+        );
+        let run = c.run("globex-revoke-1").await.unwrap();
+        assert_eq!(run.spec.action, RunAction::Revoke);
+    })
+}
+
 /// Delete asks first, saying what the tenant's reclaim policy will do, and goes ahead only with the
 /// tenant's name typed; the Tenant then waits for its Deprovision run behind the reclaim finalizer.
 #[test]

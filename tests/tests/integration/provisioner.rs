@@ -792,6 +792,143 @@ async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() 
     assert!(ch.may_log_in(USER, &new));
 }
 
+/// A current server with `acme` provisioned, its rotation grace `grace`, on the cluster's clock.
+async fn provisioned_on_a_current_server(grace: &str) -> (Cluster, RecordingClickHouse) {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let patch = json!({"spec": {"rotationGracePeriod": grace}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let ch = RecordingClickHouse::new("25.3.2.39").with_clock(&c.clock);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    (c, ch)
+}
+
+/// Two rotations within one grace period: the second keeps the first one's old password until that
+/// one's own expiry (it used to replace the whole list, cutting it off at once), and each old password
+/// goes exactly when its grace ends.
+#[tokio::test]
+async fn a_second_rotation_keeps_the_first_ones_old_password_until_its_own_expiry() {
+    let (c, ch) = provisioned_on_a_current_server("60s").await;
+    let p = provisioner(&c, &ch, false);
+    let p0 = password(&c).await.unwrap();
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let p1 = password(&c).await.unwrap();
+    c.clock.advance(SignedDuration::from_secs(30));
+    let outcome = p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let p2 = password(&c).await.unwrap();
+    assert!(
+        outcome
+            .describe()
+            .ends_with("; 1 password of an earlier rotation until its own expiry"),
+        "{}",
+        outcome.describe()
+    );
+    let logs_in = |pw: &str| ch.may_log_in(USER, pw);
+    assert!(
+        logs_in(&p0) && logs_in(&p1) && logs_in(&p2),
+        "all three, 30 s into the first grace"
+    );
+    let retiring = on_file(&c, "retiringPasswords").await.unwrap();
+    assert_eq!(
+        retiring.matches("validUntil").count(),
+        2,
+        "p0 and p1 by hash: {retiring}"
+    );
+    assert!(
+        !retiring.contains(&p0) && !retiring.contains(&p1),
+        "hashes, never passwords"
+    );
+
+    c.clock.advance(SignedDuration::from_secs(31));
+    assert!(
+        !logs_in(&p0),
+        "p0 ends with the first grace (60 s after the first rotation)"
+    );
+    assert!(logs_in(&p1) && logs_in(&p2));
+    c.clock.advance(SignedDuration::from_secs(30));
+    assert!(!logs_in(&p1), "p1 ends with the second grace");
+    assert!(logs_in(&p2));
+
+    // The next rotation drops what has expired from the Secret's list.
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let retiring = on_file(&c, "retiringPasswords").await.unwrap();
+    assert_eq!(retiring.matches("validUntil").count(), 1, "{retiring}");
+}
+
+/// Revoke, for a leaked password: a new one and no other, at once — a rotation's grace included —
+/// and the tenant's running queries ended; the Secret lists no earlier password any more.
+#[tokio::test]
+async fn revoke_refuses_every_earlier_password_at_once_and_ends_the_tenants_queries() {
+    let (c, ch) = provisioned_on_a_current_server("1h").await;
+    let p = provisioner(&c, &ch, false);
+    let p0 = password(&c).await.unwrap();
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let p1 = password(&c).await.unwrap();
+    assert!(ch.may_log_in(USER, &p0), "p0 within its grace");
+    ch.start_query(USER, "q1");
+    ch.start_query("tenant_globex_user", "q2");
+    ch.clear();
+
+    let outcome = p.run(&acme(), RunAction::Revoke).await.unwrap();
+    let p2 = password(&c).await.unwrap();
+    assert!(p2 != p0 && p2 != p1);
+    assert!(!ch.may_log_in(USER, &p0) && !ch.may_log_in(USER, &p1));
+    assert!(ch.may_log_in(USER, &p2));
+    assert_eq!(
+        ch.running(),
+        [("tenant_globex_user".to_owned(), "q2".to_owned())],
+        "only the tenant's query ended"
+    );
+    assert_eq!(
+        outcome.describe(),
+        "revoked every earlier password of tenant_acme at once: the Secret holds the new one; 1 running query of the tenant asked to stop"
+    );
+    let alter: Vec<String> = ch
+        .ddl()
+        .into_iter()
+        .filter(|s| s.starts_with("ALTER USER"))
+        .collect();
+    assert_eq!(alter.len(), 1, "{alter:?}");
+    assert!(!alter[0].contains("VALID UNTIL"), "{}", alter[0]);
+    assert_eq!(on_file(&c, "retiringPasswords").await, None);
+    assert_eq!(on_file(&c, "pendingPassword").await, None);
+    let uri = on_file(&c, "uri").await.unwrap();
+    assert!(uri.contains(&format!(":{p2}@")), "{uri}");
+}
+
+/// A Revoke cut short after its new password went on file (ClickHouse gone before the switch): the
+/// old password still works, and the retry switches to that same new one.
+#[tokio::test]
+async fn a_revoke_cut_short_is_finished_by_its_retry_with_the_same_new_password() {
+    let (c, ch) = provisioned_on_a_current_server("1h").await;
+    let p = provisioner(&c, &ch, false);
+    let old = password(&c).await.unwrap();
+    ch.clear();
+    p.run(&acme(), RunAction::Revoke).await.unwrap();
+    let switch = ch
+        .statements()
+        .iter()
+        .position(|s| s.starts_with("ALTER USER `tenant_acme_user` IDENTIFIED"))
+        .expect("a revoke switches the password");
+    let revoked = password(&c).await.unwrap();
+    ch.clear();
+    ch.fail_after(switch, ChError::Unreachable("connection reset".into()));
+    p.run(&acme(), RunAction::Revoke).await.unwrap_err();
+    assert_eq!(password(&c).await.unwrap(), revoked, "nothing switched yet");
+    assert!(ch.may_log_in(USER, &revoked) && !ch.may_log_in(USER, &old));
+    let pending = on_file(&c, "pendingPassword").await.unwrap();
+    ch.recover();
+    p.run(&acme(), RunAction::Revoke).await.unwrap();
+    assert_eq!(password(&c).await.unwrap(), pending);
+    assert!(ch.may_log_in(USER, &pending) && !ch.may_log_in(USER, &revoked));
+}
+
 /// On a server with one password per user the switch is immediate, and the run says so.
 #[tokio::test]
 async fn rotate_on_an_older_server_is_a_single_switch_and_says_so() {
