@@ -458,8 +458,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.er
 [cgroup]
   path = "/sentry-tenants-st$x/containerd"
 EOF
+  # The socket answers before the CRI service has recovered the containers of an earlier run, and a
+  # kubelet started then exits ("server is not initialized yet"): wait for this start's boot line.
+  local logged
+  logged=$(wc -l <"$dir/logs/containerd.log" 2>/dev/null || echo 0)
   start containerd nsenter --net="/run/netns/st$x" env PATH="$bin:/usr/sbin:/usr/bin:/sbin:/bin" "$bin/containerd" --config "$c/config.toml"
-  wait_until containerd "its socket" test -S "$run/containerd.sock"
+  wait_until containerd "its boot (the CRI service ready)" \
+    sh -c "tail -n +$((logged + 1)) '$dir/logs/containerd.log' | grep -q 'containerd successfully booted'"
 }
 
 start_kubelet() {
@@ -494,6 +499,7 @@ serializeImagePulls: false
 maxPods: 250
 rotateCertificates: false
 EOF
+  kubelet_started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   start kubelet nsenter --net="/run/netns/st$x" "$bin/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
     --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" --hostname-override "$node_name" \
     --node-ip "$(node_ip "$x")"
@@ -593,9 +599,17 @@ endpoints: [{addresses: ["$(host_ip "$x")"]}]
 EOF
 }
 
+# Ready as reported by this kubelet: the node object of an earlier run keeps saying Ready until the
+# controller-manager notices it went quiet, so the heartbeat must be from after this kubelet's start.
+node_ready_since() { # time
+  local ready beat
+  read -r ready beat < <("$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" get node "$node_name" \
+    -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}')
+  [ "$ready" = True ] && [[ ! "$beat" < "$1" ]]
+}
+
 wait_node_ready() {
-  wait_until kubelet "node $node_name Ready" \
-    sh -c "'$bin/kubectl' --kubeconfig '$dir/admin.kubeconfig' get node $node_name -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  wait_until kubelet "node $node_name Ready" node_ready_since "$kubelet_started"
 }
 
 up() {

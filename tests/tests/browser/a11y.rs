@@ -61,6 +61,7 @@ const PAGES: [&str; 16] = [
     "/tenants/active",
     "/tenants/active?confirm=delete",
     "/tenants/active?confirm=suspend&tenant=active",
+    "/tenants/active?confirm=revoke&tenant=active",
     "/tenants/active?edit=limits",
     "/tenants/failed",
     "/tenants/suspended",
