@@ -51,7 +51,7 @@ async fn cluster_in_every_state() -> Cluster {
     c
 }
 
-const PAGES: [&str; 16] = [
+const PAGES: [&str; 17] = [
     "/",
     "/tenants",
     "/tenants?phase=Failed",
