@@ -25,10 +25,11 @@ use crate::figure;
 use crate::report::Section;
 
 pub const TENANTS: usize = 100;
-/// Tenants applied at once for the cap on runs in flight.
-pub const BURST: usize = 40;
+/// Tenants applied at once for the cap on runs in flight: several times the default cap, so that the
+/// sweep measures what a cap costs a burst it queues, not a burst it lets through whole.
+pub const BURST: usize = 100;
 /// The caps the sweep tries; the last lets the whole burst run at once (the baseline).
-const CAPS: [u16; 5] = [1, 5, 10, DEFAULT_MAX_CONCURRENT_RUNS, 40];
+const CAPS: [u16; 5] = [5, 10, DEFAULT_MAX_CONCURRENT_RUNS, 50, 100];
 const WAVE: usize = 10;
 const RUN_TTL_SECONDS: u32 = 5;
 
