@@ -157,40 +157,46 @@ pub fn ConfirmDelete(row: TenantRow, allowed: bool) -> impl IntoView {
 /// The confirmation for Revoke, requested with `?confirm=revoke&tenant=…`: what the apps will feel.
 #[component]
 pub fn ConfirmRevoke(allowed: bool, #[prop(into)] back: String) -> impl IntoView {
-    let query = use_query_map();
-    move || {
-        let q = query.get();
-        let tenant = q
-            .get("tenant")
-            .filter(|_| q.get("confirm").as_deref() == Some("revoke") && allowed)?;
-        let back = back.clone();
-        Some(view! {
-            <div class="confirm" role="dialog" aria-label="Confirm revoke">
-                <p>"Revoke the credentials of " <strong>{tenant.clone()}</strong> "? It gets a new password and every other stops working at once, with no grace period; its running queries are ended. Its apps fail until they read the new password from the Secret."</p>
-                <PostForm action=format!("/actions/tenants/{tenant}/revoke") return_to=back.clone()>
-                    <button type="submit" id="confirm_revoke" class="btn danger" autofocus>"Revoke " {tenant.clone()}</button>
-                    <a class="btn" href=back.clone()>"Cancel"</a>
-                </PostForm>
-            </div>
-        })
+    view! {
+        <ConfirmAction action="revoke" label="Revoke" question="Revoke the credentials of"
+            consequence="It gets a new password and every other stops working at once, with no grace period; its running queries are ended. Its apps fail until they read the new password from the Secret."
+            allowed back/>
     }
 }
 
-/// The confirmation box for a destructive action requested with `?confirm=suspend&tenant=…`.
+/// The confirmation for Suspend, requested with `?confirm=suspend&tenant=…`.
 #[component]
 pub fn ConfirmSuspend(allowed: bool, #[prop(into)] back: String) -> impl IntoView {
+    view! {
+        <ConfirmAction action="suspend" label="Suspend" question="Suspend"
+            consequence="Its ClickHouse logins will be locked until it is resumed."
+            allowed back/>
+    }
+}
+
+/// The confirmation box for a destructive `action` on the tenant named by `?confirm=ACTION&tenant=…`:
+/// "`question` TENANT? `consequence`", and a button that posts the action.
+#[component]
+fn ConfirmAction(
+    action: &'static str,
+    label: &'static str,
+    question: &'static str,
+    consequence: &'static str,
+    allowed: bool,
+    back: String,
+) -> impl IntoView {
     let query = use_query_map();
     move || {
         let q = query.get();
         let tenant = q
             .get("tenant")
-            .filter(|_| q.get("confirm").as_deref() == Some("suspend") && allowed)?;
+            .filter(|_| q.get("confirm").as_deref() == Some(action) && allowed)?;
         let back = back.clone();
         Some(view! {
-            <div class="confirm" role="dialog" aria-label="Confirm suspend">
-                <p>"Suspend " <strong>{tenant.clone()}</strong> "? Its ClickHouse logins will be locked until it is resumed."</p>
-                <PostForm action=format!("/actions/tenants/{tenant}/suspend") return_to=back.clone()>
-                    <button type="submit" id="confirm_suspend" class="btn danger" autofocus>"Suspend " {tenant.clone()}</button>
+            <div class="confirm" role="dialog" aria-label=format!("Confirm {action}")>
+                <p>{question} " " <strong>{tenant.clone()}</strong> "? " {consequence}</p>
+                <PostForm action=format!("/actions/tenants/{tenant}/{action}") return_to=back.clone()>
+                    <button type="submit" id=format!("confirm_{action}") class="btn danger" autofocus>{label} " " {tenant.clone()}</button>
                     <a class="btn" href=back.clone()>"Cancel"</a>
                 </PostForm>
             </div>

@@ -390,12 +390,7 @@ impl<C: ClickHouse> Provisioner<C> {
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
         let version = self.provisioned_user(name, tenant, ids).await?;
-        let on_file = self
-            .sync
-            .passwords_for_rotation(name, tenant)
-            .await?
-            .ok_or_else(|| would_rotate(name, ids))?;
-        let new = self.pending_or_fresh(name, &on_file).await?;
+        let (on_file, new) = self.passwords_to_switch(name, tenant, ids).await?;
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
         let now = self.clock.now();
         let until = overlap.then(|| now + tenant.spec.rotation_grace());
@@ -439,12 +434,7 @@ impl<C: ClickHouse> Provisioner<C> {
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
         self.provisioned_user(name, tenant, ids).await?;
-        let on_file = self
-            .sync
-            .passwords_for_rotation(name, tenant)
-            .await?
-            .ok_or_else(|| would_rotate(name, ids))?;
-        let new = self.pending_or_fresh(name, &on_file).await?;
+        let (_, new) = self.passwords_to_switch(name, tenant, ids).await?;
         self.exec(&sql::rotate(ids, &sha256_hex(&new)).sql).await?;
         // After the switch, so that no query with an old password starts once these are asked to stop.
         let queries_ended = self.end_queries(ids).await?;
@@ -458,6 +448,24 @@ impl<C: ClickHouse> Provisioner<C> {
             database: ids.database.as_str().to_owned(),
             queries_ended,
         })
+    }
+
+    /// The passwords on file (the tenant's Secret must hold one) and the one a Rotate or Revoke
+    /// switches to: left pending by a run cut short, else a fresh one, put on file before ClickHouse
+    /// hears of it.
+    async fn passwords_to_switch(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        ids: &TenantIdents,
+    ) -> Result<(tenant_sync::Passwords, String), ProvisionError> {
+        let on_file = self
+            .sync
+            .passwords_for_rotation(name, tenant)
+            .await?
+            .ok_or_else(|| would_rotate(name, ids))?;
+        let new = self.pending_or_fresh(name, &on_file).await?;
+        Ok((on_file, new))
     }
 
     /// Asks the tenant's running queries to stop: how many there were, or `None` on a cluster (whose

@@ -730,20 +730,29 @@ async fn a_hundred_reruns_of_every_action_but_rotate_leave_the_password_byte_ide
     assert_eq!(creates, 1, "one CREATE USER: the first Provision's");
 }
 
-/// On a server holding several passwords per user: one statement sets the new password and keeps the
-/// old one until the grace period ends; both log in during it, only the new one after.
-#[tokio::test]
-async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() {
+/// A current server with `acme` provisioned, its rotation grace `grace`, on the cluster's clock.
+async fn provisioned_on_a_current_server(grace: &str) -> (Cluster, RecordingClickHouse) {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
-    let patch = json!({"spec": {"rotationGracePeriod": "2s"}});
+    let patch = json!({"spec": {"rotationGracePeriod": grace}});
     c.tenants()
         .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
     let ch = RecordingClickHouse::new("25.3.2.39").with_clock(&c.clock);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    (c, ch)
+}
+
+/// On a server holding several passwords per user: one statement sets the new password and keeps the
+/// old one until the grace period ends; both log in during it, only the new one after.
+#[tokio::test]
+async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() {
+    let (c, ch) = provisioned_on_a_current_server("2s").await;
     let p = provisioner(&c, &ch, false);
-    p.run(&acme(), RunAction::Provision).await.unwrap();
     let old = password(&c).await.unwrap();
     ch.clear();
     let outcome = p.run(&acme(), RunAction::Rotate).await.unwrap();
@@ -790,23 +799,6 @@ async fn rotate_keeps_the_old_password_for_the_grace_period_then_only_the_new() 
         "the old password after the grace"
     );
     assert!(ch.may_log_in(USER, &new));
-}
-
-/// A current server with `acme` provisioned, its rotation grace `grace`, on the cluster's clock.
-async fn provisioned_on_a_current_server(grace: &str) -> (Cluster, RecordingClickHouse) {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    let patch = json!({"spec": {"rotationGracePeriod": grace}});
-    c.tenants()
-        .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    let ch = RecordingClickHouse::new("25.3.2.39").with_clock(&c.clock);
-    provisioner(&c, &ch, false)
-        .run(&acme(), RunAction::Provision)
-        .await
-        .unwrap();
-    (c, ch)
 }
 
 /// Two rotations within one grace period: the second keeps the first one's old password until that
