@@ -146,7 +146,7 @@ fn cases() -> Vec<Post> {
             "/actions/tenants/acme/explode",
             "",
             StatusCode::NOT_FOUND,
-            "no such action: /actions/tenants/acme/explode (the actions are provision, suspend, resume, rotate, delete and limits)",
+            "no such action: /actions/tenants/acme/explode (the actions are provision, suspend, resume, rotate, revoke, delete and limits)",
         ),
         Post {
             origin: Some("http://evil.example"),
@@ -311,12 +311,12 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
         (
             "unknown action",
             run("acme-x-1", with("action", json!("Explode"))),
-            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 4 other candidates",
+            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 5 other candidates",
         ),
         (
             "lowercase action",
             run("acme-x-1", with("action", json!("provision"))),
-            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 4 other candidates",
+            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 5 other candidates",
         ),
         (
             "no tenant",
