@@ -394,14 +394,15 @@ impl<C: ClickHouse> Provisioner<C> {
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
         let now = self.clock.now();
         let until = overlap.then(|| now + tenant.spec.rotation_grace());
+        let new_sha256 = sha256_hex(&new);
         // Every password still valid stays so until its own expiry, this rotation's old one too.
-        let kept = until.map_or_else(Vec::new, |until| {
-            let old = sha256_hex(&on_file.current);
-            rotation::kept(&on_file.retiring, &old, &sha256_hex(&new), now, until)
-        });
-        let statement = match until {
-            Some(_) => sql::rotate_keeping(ids, &kept, &sha256_hex(&new)),
-            None => sql::rotate(ids, &sha256_hex(&new)),
+        let (statement, kept) = match until {
+            Some(until) => {
+                let old = sha256_hex(&on_file.current);
+                let kept = rotation::kept(&on_file.retiring, &old, &new_sha256, now, until);
+                (sql::rotate_keeping(ids, &kept, &new_sha256), kept)
+            }
+            None => (sql::rotate(ids, &new_sha256), Vec::new()),
         };
         self.exec(&statement.sql).await?;
         self.sync
