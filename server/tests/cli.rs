@@ -228,6 +228,8 @@ fn every_commands_help_documents_its_options() {
                 "--clickhouse-admin-user",
                 "--read-only-dashboard",
                 "--aggregate-to-view-edit",
+                "--network-policy",
+                "--metrics-from-namespace",
                 "--dry-run",
                 "--output",
                 "--wait",
@@ -345,6 +347,34 @@ fn install_rejects_bad_values_before_touching_anything() {
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         "error: --image \"img:1 ; rm\" is not a valid image reference (e.g. registry.example.com/team/sentry-tenants:v1.2.3)\n"
+    );
+}
+
+#[test]
+fn metrics_from_namespace_needs_network_policy_and_a_namespace_name() {
+    let run = |args: &[&str]| {
+        let out = bin()
+            .args(["install", "--dry-run"])
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, err) = run(&["--metrics-from-namespace", "monitoring"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.starts_with(
+            "error: the following required arguments were not provided:\n  --network-policy\n"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        run(&["--network-policy", "--metrics-from-namespace", "Monitoring"]),
+        (
+            Some(1),
+            "error: --metrics-from-namespace \"Monitoring\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)\n".to_owned()
+        )
     );
 }
 

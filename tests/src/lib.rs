@@ -137,6 +137,8 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         max_concurrent_runs: sentry_tenants::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
         read_only_dashboard: false,
         aggregate_to_view_edit: false,
+        network_policy: false,
+        metrics_from_namespaces: Vec::new(),
         version: env!("CARGO_PKG_VERSION").into(),
     }
     .validate()

@@ -333,6 +333,7 @@ pub const NAMESPACED_KINDS: &[(&str, &str, &str)] = &[
     ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
     ("rbac.authorization.k8s.io", "v1", "Role"),
     ("", "v1", "ServiceAccount"),
+    ("networking.k8s.io", "v1", "NetworkPolicy"),
 ];
 
 /// True if our field manager server-side applied `obj`: the identity of what an install made. Labels

@@ -4,6 +4,7 @@
 use askama::Template;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
@@ -32,6 +33,10 @@ pub struct Values {
     pub read_only_dashboard: bool,
     /// Add ClusterRoles that aggregate tenants and runjobs into the built-in view/edit/admin roles.
     pub aggregate_to_view_edit: bool,
+    /// Add NetworkPolicies that admit only the operator's probe port (`--network-policy`).
+    pub network_policy: bool,
+    /// Namespaces whose pods may reach the probe port (metrics); empty: any pod may.
+    pub metrics_from_namespaces: Vec<String>,
     pub version: String,
 }
 
@@ -75,6 +80,10 @@ pub enum ValueError {
         "--clickhouse-ca-configmap {0:?} is not a valid ConfigMap name (lowercase letters, digits, '-' and '.', at most 253 characters)"
     )]
     CaConfigMap(String),
+    #[error(
+        "--metrics-from-namespace {0:?} is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)"
+    )]
+    MetricsNamespace(String),
 }
 
 /// One check per flag, shared by `install`, `run` and `provision-tenant` (same flag, same rule, same words).
@@ -109,6 +118,9 @@ impl ValueError {
             let valid = crate::names::ClickHousePrefix::parse(s).is_ok();
             Self::check(valid, || Self::Prefix(s.to_owned()))
         })
+    }
+    pub fn check_metrics_namespace(s: &str) -> Result<(), Self> {
+        Self::check(is_dns_label(s), || Self::MetricsNamespace(s.to_owned()))
     }
     pub fn check_ca_configmap(s: Option<&str>) -> Result<(), Self> {
         s.map_or(Ok(()), |s| {
@@ -180,6 +192,9 @@ impl Values {
         ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
         ValueError::check_prefix(Some(&self.clickhouse_prefix))?;
         ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
+        for ns in &self.metrics_from_namespaces {
+            ValueError::check_metrics_namespace(ns)?;
+        }
         debug_assert!(DNS_LABEL_PATTERN.starts_with('^'));
         Ok(self)
     }
@@ -327,6 +342,7 @@ pub fn check_typed(index: usize, raw: &Value) -> Result<(), BundleError> {
         "Service" => round_trip::<Service>(raw),
         "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(raw),
         "ClusterRole" => round_trip::<ClusterRole>(raw),
+        "NetworkPolicy" => round_trip::<NetworkPolicy>(raw),
         _ => return Err(BundleError::UnknownKind { index, kind }),
     }
     .map_err(|error| BundleError::Typed {
@@ -410,6 +426,8 @@ pub(crate) mod tests {
             max_concurrent_runs: crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
             read_only_dashboard: false,
             aggregate_to_view_edit: false,
+            network_policy: false,
+            metrics_from_namespaces: Vec::new(),
             version: env!("CARGO_PKG_VERSION").into(),
         }
     }

@@ -77,6 +77,19 @@ pub struct InstallArgs {
     /// only ClusterRoles sentry-tenants ever creates.
     #[arg(long)]
     pub aggregate_to_view_edit: bool,
+    /// Also create NetworkPolicies: the operator pod admits traffic only on its probe/metrics port,
+    /// the provisioning pods admit none. Off by default: it takes effect only where the cluster's
+    /// network plugin enforces NetworkPolicy.
+    #[arg(long)]
+    pub network_policy: bool,
+    /// With --network-policy: only pods of this namespace may reach the metrics port (repeat for
+    /// several, e.g. where Prometheus runs); without it, any pod may.
+    #[arg(
+        long = "metrics-from-namespace",
+        value_name = "NAMESPACE",
+        requires = "network_policy"
+    )]
+    pub metrics_from_namespaces: Vec<String>,
     /// Print the bundle instead of applying it; needs no cluster (for GitOps).
     #[arg(long)]
     pub dry_run: bool,
@@ -110,6 +123,8 @@ impl InstallArgs {
             max_concurrent_runs: self.max_concurrent_runs,
             read_only_dashboard: self.read_only_dashboard,
             aggregate_to_view_edit: self.aggregate_to_view_edit,
+            network_policy: self.network_policy,
+            metrics_from_namespaces: self.metrics_from_namespaces.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
         .validate()?)

@@ -495,6 +495,114 @@ async fn aggregated_roles_let_namespace_viewers_and_editors_use_tenants_until_dr
     .await;
 }
 
+/// The real apiserver accepts the policies (a named port, a namespace selector), their selectors pick
+/// the running operator pods and the Jobs' pods and nothing else, the operator still rolls out, and
+/// dropping the flag prunes them. Whether traffic is then refused is the network plugin's part: the
+/// node's bridge plugin enforces no NetworkPolicy (docs/install.md says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_policies_select_the_operator_and_job_pods_and_go_when_dropped() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let s = setup("netpol").await;
+    let with_policy = sentry_tenants::install::Values {
+        network_policy: true,
+        metrics_from_namespaces: vec!["monitoring".into()],
+        ..s.values()
+    };
+    let report = install(&s.admin, &with_policy, &rolled_out(), &Progress::Quiet)
+        .await
+        .unwrap();
+    let ours = [
+        format!("NetworkPolicy {}/sentry-tenants", s.ns),
+        format!("NetworkPolicy {}/sentry-tenants-provisioner", s.ns),
+    ];
+    for what in &ours {
+        assert!(report.applied.contains(what), "{what}: {report:#?}");
+    }
+    let policies: Api<NetworkPolicy> = Api::namespaced(s.admin.clone(), &s.ns);
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let selected = async |policy: &str| -> BTreeSet<String> {
+        let p = policies.get(policy).await.unwrap();
+        let labels = p.spec.unwrap().pod_selector.unwrap().match_labels.unwrap();
+        let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let listed = pods
+            .list(&ListParams::default().labels(&selector.join(",")))
+            .await
+            .unwrap();
+        listed.items.iter().map(|p| p.name_any()).collect()
+    };
+    let operator_pods: BTreeSet<String> = pods
+        .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert!(!operator_pods.is_empty());
+    assert_eq!(selected("sentry-tenants").await, operator_pods);
+    let stored = policies.get("sentry-tenants").await.unwrap().spec.unwrap();
+    let rule = &stored.ingress.unwrap()[0];
+    assert_eq!(
+        serde_json::to_value(&rule.ports).unwrap(),
+        serde_json::json!([{"port": "probes", "protocol": "TCP"}])
+    );
+
+    // A provisioning Job's pod, made by the real Job controller from the product's template.
+    let mut run = sentry_tenants::crd::RunJob::new(
+        "acme-provision-1",
+        sentry_tenants::crd::RunJobSpec::new("acme", sentry_tenants::crd::RunAction::Provision),
+    );
+    run.metadata.namespace = Some(s.ns.clone());
+    run.metadata.uid = Some("0b6e4c2e-0000-4000-8000-000000000001".into());
+    let mut job = sentry_tenants::controller::job::build_job(
+        &run,
+        &sentry_tenants::config::OperatorConfig::for_namespace(&s.ns),
+    );
+    job.metadata.owner_references = None;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(s.admin.clone(), &s.ns);
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let job_pod = "batch.kubernetes.io/job-name=acme-provision-1";
+    wait_until("the Job's pod", async || {
+        let listed = pods
+            .list(&ListParams::default().labels(job_pod))
+            .await
+            .ok()?;
+        (!listed.items.is_empty()).then_some(())
+    })
+    .await;
+    // The Job may have made a second pod by now (its first failed): every pod selected is the Job's.
+    let selected_pods = selected("sentry-tenants-provisioner").await;
+    let jobs_pods: BTreeSet<String> = pods
+        .list(&ListParams::default().labels(job_pod))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert!(!selected_pods.is_empty());
+    assert!(
+        selected_pods.is_subset(&jobs_pods),
+        "{selected_pods:?} {jobs_pods:?}"
+    );
+    assert!(selected_pods.is_disjoint(&operator_pods));
+
+    let report = install(&s.admin, &s.values(), &rolled_out(), &Progress::Quiet)
+        .await
+        .unwrap();
+    let mut pruned = report.pruned.clone();
+    pruned.sort();
+    assert_eq!(pruned, ours, "{report:#?}");
+    assert!(
+        policies
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
 /// The binary as a person runs it against the real apiserver: the last stderr line is the one error
 /// line, nothing before it is a log line, and nothing is created when the admin Secret is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,8 @@ fn values(read_only: bool) -> Values {
         max_concurrent_runs: sentry_tenants::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
         read_only_dashboard: read_only,
         aggregate_to_view_edit: false,
+        network_policy: false,
+        metrics_from_namespaces: Vec::new(),
         version: "0.1.0".into(),
     }
     .validate()
@@ -310,4 +312,132 @@ fn the_restricted_check_catches_each_loosening() {
             "loosening {what} went unnoticed"
         );
     }
+}
+
+/// Whether `selector`'s matchLabels all appear in `labels` (NetworkPolicy podSelector semantics for a
+/// selector without expressions — the bundle's use none).
+fn selects(selector: &Value, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    assert!(selector.get("matchExpressions").is_none(), "{selector}");
+    selector["matchLabels"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
+}
+
+#[test]
+fn network_policy_is_opt_in_admits_only_the_probe_port_of_the_operator_and_nothing_to_a_job() {
+    let kinds = |v: &Values| -> Vec<String> {
+        parse_documents(&v.render_yaml())
+            .unwrap()
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!kinds(&values(false)).contains(&"NetworkPolicy".to_owned()));
+
+    let with = Values {
+        network_policy: true,
+        ..values(false)
+    };
+    let docs = parse_documents(&with.render_yaml()).unwrap();
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "NetworkPolicy")
+        .collect();
+    assert_eq!(policies.len(), 2, "{policies:#?}");
+    let (operator, provisioner) = (policies[0], policies[1]);
+    assert_eq!(operator["metadata"]["name"], "sentry-tenants");
+    assert_eq!(
+        provisioner["metadata"]["name"],
+        "sentry-tenants-provisioner"
+    );
+    for p in &policies {
+        assert_eq!(p["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+        assert_eq!(p["metadata"]["labels"]["sentry.io/bundle"], "install");
+    }
+
+    // The operator's: exactly the Deployment's pods, one rule, one port — the container's named
+    // probe port, from anywhere (no `from`).
+    let deployment: Deployment = serde_json::from_value(
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap()
+            .clone(),
+    )
+    .unwrap();
+    let template = deployment.spec.unwrap().template;
+    let pod_labels = template.metadata.unwrap().labels.unwrap();
+    assert!(selects(&operator["spec"]["podSelector"], &pod_labels));
+    let rules = operator["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0]["ports"],
+        serde_json::json!([{"port": "probes", "protocol": "TCP"}])
+    );
+    assert!(rules[0].get("from").is_none(), "{rules:#?}");
+    let ports = template.spec.unwrap().containers[0].ports.clone().unwrap();
+    assert_eq!(
+        ports
+            .iter()
+            .map(|p| (p.name.clone().unwrap(), p.container_port))
+            .collect::<Vec<_>>(),
+        [("probes".to_owned(), 8081)],
+        "the named port is the only one the container declares"
+    );
+
+    // The provisioner's: every Job pod (and not the operator), no ingress rule at all.
+    let mut run = RunJob::new(
+        "acme-provision-1",
+        RunJobSpec::new("acme", RunAction::Provision),
+    );
+    run.metadata.namespace = Some("sentry-tenants".into());
+    run.metadata.uid = Some("uid".into());
+    let job = build_job(&run, &OperatorConfig::for_namespace("sentry-tenants"));
+    let job_pod_labels = job.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    assert!(selects(
+        &provisioner["spec"]["podSelector"],
+        &job_pod_labels
+    ));
+    assert!(!selects(&provisioner["spec"]["podSelector"], &pod_labels));
+    assert!(!selects(&operator["spec"]["podSelector"], &job_pod_labels));
+    assert!(
+        provisioner["spec"].get("ingress").is_none(),
+        "{provisioner:#?}"
+    );
+}
+
+#[test]
+fn metrics_from_namespaces_limit_the_probe_port_to_their_pods_and_are_validated() {
+    let with = Values {
+        network_policy: true,
+        metrics_from_namespaces: vec!["monitoring".into(), "prometheus".into()],
+        ..values(false)
+    }
+    .validate()
+    .unwrap();
+    let docs = parse_documents(&with.render_yaml()).unwrap();
+    let operator = docs
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy" && d["metadata"]["name"] == "sentry-tenants")
+        .unwrap();
+    assert_eq!(
+        operator["spec"]["ingress"][0]["from"],
+        serde_json::json!([{"namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name",
+            "operator": "In",
+            "values": ["monitoring", "prometheus"],
+        }]}}])
+    );
+    let refused = Values {
+        network_policy: true,
+        metrics_from_namespaces: vec!["Monitoring".into()],
+        ..values(false)
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "--metrics-from-namespace \"Monitoring\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)"
+    );
 }
