@@ -11,7 +11,7 @@ use axum::extract::{Form, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -54,11 +54,11 @@ impl Actions {
 pub fn router(actions: Arc<Actions>) -> Router {
     Router::new()
         .route("/tenants", post(create_tenant))
-        .route("/tenants/{name}/provision", post(provision))
-        .route("/tenants/{name}/suspend", post(suspend))
-        .route("/tenants/{name}/resume", post(resume))
-        .route("/tenants/{name}/rotate", post(rotate))
-        .route("/tenants/{name}/revoke", post(revoke))
+        .route("/tenants/{name}/provision", button(Button::Provision))
+        .route("/tenants/{name}/suspend", button(Button::Suspend))
+        .route("/tenants/{name}/resume", button(Button::Resume))
+        .route("/tenants/{name}/rotate", button(Button::Rotate))
+        .route("/tenants/{name}/revoke", button(Button::Revoke))
         .route("/tenants/{name}/delete", post(delete))
         .route("/tenants/{name}/limits", post(change_limits))
         .route_layer(middleware::from_fn(from_our_pages_only))
@@ -417,24 +417,61 @@ async fn create(
     }
 }
 
-async fn provision(
-    State(a): State<Arc<Actions>>,
-    Path(name): Path<String>,
-    peer: Option<Extension<Peer>>,
-    headers: HeaderMap,
-    Form(form): Form<ReturnForm>,
-) -> Response {
-    let outcome = start_provision(&a, &name).await;
-    answer(
-        &a,
-        "Provision",
-        &name,
-        outcome,
-        peer,
-        &headers,
-        form.return_to.as_deref(),
+/// The actions that are one button on a tenant: the same form (only where to come back to), the
+/// same answer; each differs only in what it starts.
+#[derive(Clone, Copy, Debug)]
+enum Button {
+    Provision,
+    Suspend,
+    Resume,
+    Rotate,
+    Revoke,
+}
+
+impl Button {
+    /// The action's name in the log line and the Event.
+    fn label(self) -> &'static str {
+        match self {
+            Button::Provision => "Provision",
+            Button::Suspend => "Suspend",
+            Button::Resume => "Resume",
+            Button::Rotate => "Rotate",
+            Button::Revoke => "Revoke",
+        }
+    }
+
+    async fn press(self, a: &Actions, name: &str) -> Outcome {
+        match self {
+            Button::Provision => start_provision(a, name).await,
+            Button::Suspend => set_suspended(a, name, true).await,
+            Button::Resume => set_suspended(a, name, false).await,
+            Button::Rotate => start_credentials_run(a, name, RunAction::Rotate).await,
+            Button::Revoke => start_credentials_run(a, name, RunAction::Revoke).await,
+        }
+    }
+}
+
+/// The route of one [`Button`].
+fn button(b: Button) -> MethodRouter<Arc<Actions>> {
+    post(
+        move |State(a): State<Arc<Actions>>,
+              Path(name): Path<String>,
+              peer: Option<Extension<Peer>>,
+              headers: HeaderMap,
+              Form(form): Form<ReturnForm>| async move {
+            let outcome = b.press(&a, &name).await;
+            answer(
+                &a,
+                b.label(),
+                &name,
+                outcome,
+                peer,
+                &headers,
+                form.return_to.as_deref(),
+            )
+            .await
+        },
     )
-    .await
 }
 
 async fn start_provision(a: &Actions, name: &str) -> Outcome {
@@ -512,46 +549,6 @@ async fn delete_tenant(a: &Actions, name: &str, typed: &str) -> Outcome {
         }
         Err(e) => Outcome::kube(&format!("delete tenant {name}"), DELETE, &a.namespace, &e),
     }
-}
-
-async fn rotate(
-    State(a): State<Arc<Actions>>,
-    Path(name): Path<String>,
-    peer: Option<Extension<Peer>>,
-    headers: HeaderMap,
-    Form(form): Form<ReturnForm>,
-) -> Response {
-    let outcome = start_credentials_run(&a, &name, RunAction::Rotate).await;
-    answer(
-        &a,
-        "Rotate",
-        &name,
-        outcome,
-        peer,
-        &headers,
-        form.return_to.as_deref(),
-    )
-    .await
-}
-
-async fn revoke(
-    State(a): State<Arc<Actions>>,
-    Path(name): Path<String>,
-    peer: Option<Extension<Peer>>,
-    headers: HeaderMap,
-    Form(form): Form<ReturnForm>,
-) -> Response {
-    let outcome = start_credentials_run(&a, &name, RunAction::Revoke).await;
-    answer(
-        &a,
-        "Revoke",
-        &name,
-        outcome,
-        peer,
-        &headers,
-        form.return_to.as_deref(),
-    )
-    .await
 }
 
 /// A Rotate or Revoke run: only for a provisioned tenant, and one credentials change at a time (a
@@ -646,48 +643,6 @@ async fn start_run(
             &e,
         ),
     }
-}
-
-async fn suspend(
-    State(a): State<Arc<Actions>>,
-    Path(name): Path<String>,
-    peer: Option<Extension<Peer>>,
-    headers: HeaderMap,
-    Form(form): Form<ReturnForm>,
-) -> Response {
-    suspend_or_resume(&a, &name, peer, &headers, &form, true).await
-}
-
-async fn resume(
-    State(a): State<Arc<Actions>>,
-    Path(name): Path<String>,
-    peer: Option<Extension<Peer>>,
-    headers: HeaderMap,
-    Form(form): Form<ReturnForm>,
-) -> Response {
-    suspend_or_resume(&a, &name, peer, &headers, &form, false).await
-}
-
-async fn suspend_or_resume(
-    a: &Actions,
-    name: &str,
-    peer: Option<Extension<Peer>>,
-    headers: &HeaderMap,
-    form: &ReturnForm,
-    suspended: bool,
-) -> Response {
-    let outcome = set_suspended(a, name, suspended).await;
-    let action = if suspended { "Suspend" } else { "Resume" };
-    answer(
-        a,
-        action,
-        name,
-        outcome,
-        peer,
-        headers,
-        form.return_to.as_deref(),
-    )
-    .await
 }
 
 /// Patches `spec.suspended` only; the Tenant reconciler creates the Suspend/Resume run. Idempotent.

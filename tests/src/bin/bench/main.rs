@@ -79,6 +79,16 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // `bench --only flood`: the 2,000-tenant burst alone on the cluster of
+    // $SENTRY_TENANTS_E2E_KUBECONFIG, printed (BENCHMARKS.md untouched).
+    if args.windows(2).any(|w| w[0] == "--only" && w[1] == "flood") {
+        let section = sentry_tenants_tests::block_on(cluster::flood());
+        println!(
+            "{}",
+            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
+        );
+        return Ok(());
+    }
     // `bench --only node`: the real control plane section alone on the cluster of
     // $SENTRY_TENANTS_E2E_KUBECONFIG, printed (BENCHMARKS.md untouched).
     if args.windows(2).any(|w| w[0] == "--only" && w[1] == "node") {
@@ -114,6 +124,8 @@ fn main() -> anyhow::Result<()> {
         sections.push(section);
         eprintln!("bench: runs in flight, {} tenants at once", cluster::BURST);
         sections.push(cluster::cap_sweep().await);
+        eprintln!("bench: {} tenants applied at once", cluster::FLOOD);
+        sections.push(cluster::flood().await);
         let n = *scales.last().unwrap();
         eprintln!("bench: memory at {n} tenants");
         sections.push(memory::measure(n, sample).await);
