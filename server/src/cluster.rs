@@ -189,6 +189,55 @@ pub fn describe(action: &str, error: &kube::Error) -> String {
     }
 }
 
+/// A SelfSubjectAccessReview of `verb` `resource` (group `group`) in `namespace`, or cluster-wide
+/// without one: the API server's answer, its reason included.
+pub async fn access_review(
+    client: &Client,
+    namespace: Option<&str>,
+    group: &str,
+    (verb, resource): (&str, &str),
+) -> kube::Result<k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: namespace.map(Into::into),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let answer = api
+        .create(&kube::api::PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.unwrap_or_default())
+}
+
+/// A missing CRD shows up as a 404 on the resource itself; listing one tenant needs no permission beyond
+/// what the operator already has (it holds no cluster-scoped read of CRDs).
+pub async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Result<()> {
+    let tenants: kube::Api<crate::crd::Tenant> = kube::Api::namespaced(client.clone(), namespace);
+    match tenants
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            anyhow::bail!(
+                "the sentry.io CRDs are not installed in this cluster: run `sentry-tenants install` first"
+            )
+        }
+        Err(e) => Err(anyhow::anyhow!(describe("list tenants", &e))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::install::ValueError;
+use crate::flags::ValueError;
 
 /// What the operator needs to know to build provisioning Jobs. The ClickHouse admin credentials are
 /// not here: only the *name* of their Secret, which the Job reads through `secretKeyRef`s.
@@ -60,7 +60,7 @@ pub struct OperatorConfig {
     #[arg(
         long,
         env = "SENTRY_TENANTS_MAX_CONCURRENT_RUNS",
-        default_value_t = crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+        default_value_t = DEFAULT_MAX_CONCURRENT_RUNS,
         value_parser = clap::value_parser!(u16).range(1..=MAX_CONCURRENT_RUNS_LIMIT as i64)
     )]
     pub max_concurrent_runs: u16,
@@ -76,6 +76,8 @@ pub struct OperatorConfig {
 
 /// The highest `--max-concurrent-runs` accepted.
 pub const MAX_CONCURRENT_RUNS_LIMIT: u16 = 1000;
+/// The default cap on runs in flight; see the measurement in BENCHMARKS.md ("runs in flight").
+pub const DEFAULT_MAX_CONCURRENT_RUNS: u16 = 20;
 /// Reconciles per controller at once, by default: enough to keep the API busy, bounded so that gaining
 /// leadership over 20,000 objects queues them instead of starting 20,000 at once.
 pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 16;
@@ -110,7 +112,7 @@ impl OperatorConfig {
             clickhouse_cluster: None,
             clickhouse_prefix: None,
             clickhouse_ca_configmap: None,
-            max_concurrent_runs: crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+            max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
         }
     }

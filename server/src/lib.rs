@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod flags;
 pub mod install;
 pub mod labels;
 pub mod leader;
@@ -16,6 +17,7 @@ pub use sentry_tenants_app::limits;
 pub use sentry_tenants_app::names;
 pub mod operator;
 pub mod provision;
+pub mod signals;
 pub mod telemetry;
 /// Percent-encoding, shared by the dashboard's links, its redirects and the ClickHouse client.
 pub use sentry_tenants_app::text;

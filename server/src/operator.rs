@@ -9,13 +9,12 @@ use anyhow::Context as _;
 use clap::Args;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::config::OperatorConfig;
 use crate::controller::{Context, Stores, run_controllers};
-use crate::crd::Tenant;
 use crate::leader::LeaderElection;
 use crate::telemetry::Metrics;
 use crate::web::permissions::Permissions;
@@ -59,7 +58,7 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     args.config.validate()?;
     let client = crate::cluster::connect().await?;
-    ensure_crds_installed(&client, &args.config.namespace).await?;
+    crate::cluster::ensure_crds_installed(&client, &args.config.namespace).await?;
 
     let metrics = Arc::new(Metrics::default());
     let (stores, writers) = Stores::shared();
@@ -131,7 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(dashboard = %args.dashboard_addr, read_only, "dashboard listening");
 
     let controllers = tokio::spawn(run_controllers(ctx, writers, wait_for(shutdown_rx)));
-    shutdown_signal().await;
+    crate::signals::shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight reconciles");
     shutdown_tx.send_replace(true);
     let _ = controllers.await;
@@ -170,24 +169,6 @@ pub fn listen_dual_stack(addr: SocketAddr) -> std::io::Result<tokio::net::TcpLis
 /// `EAFNOSUPPORT` on Linux: the address family (here IPv6) is not supported by the kernel.
 const fn libc_eafnosupport() -> i32 {
     97
-}
-
-/// A missing CRD shows up as a 404 on the resource itself; listing one tenant needs no permission beyond
-/// what the operator already has (it holds no cluster-scoped read of CRDs).
-pub async fn ensure_crds_installed(client: &Client, namespace: &str) -> anyhow::Result<()> {
-    let tenants: Api<Tenant> = Api::namespaced(client.clone(), namespace);
-    match tenants.list(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => {
-            anyhow::bail!(
-                "the sentry.io CRDs are not installed in this cluster: run `sentry-tenants install` first"
-            )
-        }
-        Err(e) => Err(anyhow::anyhow!(crate::cluster::describe(
-            "list tenants",
-            &e
-        ))),
-    }
 }
 
 /// Whether the dashboard is read-only, and what its pages offer. It offers an action only if this
@@ -232,22 +213,6 @@ fn wait_for(
         let _ = shutdown.wait_for(|stop| *stop).await;
     };
     futures::FutureExt::shared(Box::pin(fut))
-}
-
-/// SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing a SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 fn default_identity() -> String {

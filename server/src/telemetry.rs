@@ -11,8 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
 
-use crate::controller::Stores;
-use crate::crd::{RunPhase, TenantPhase};
+use crate::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -213,15 +212,11 @@ impl Metrics {
         self.reconcile_errors.get_or_create(&label).inc();
     }
 
-    /// Prometheus text, with the by-phase gauges computed from the caches at scrape time.
-    pub fn render(&self, stores: &Stores) -> String {
+    /// Prometheus text, with the by-phase gauges computed at scrape time from the cached `tenants` and
+    /// `runs`.
+    pub fn render(&self, tenants: &[Arc<Tenant>], runs: &[Arc<RunJob>]) -> String {
         for phase in TenantPhase::ALL {
-            let n = stores
-                .tenants
-                .state()
-                .iter()
-                .filter(|t| t.phase() == Some(phase))
-                .count();
+            let n = tenants.iter().filter(|t| t.phase() == Some(phase)).count();
             self.tenants
                 .get_or_create(&PhaseLabel::new(phase.as_str()))
                 .set(n as i64);
@@ -230,7 +225,7 @@ impl Metrics {
         for (condition, _) in crate::crd::RETRYING {
             retrying.insert(condition, 0);
         }
-        for tenant in stores.tenants.state() {
+        for tenant in tenants {
             for condition in tenant.retrying() {
                 *retrying.entry(condition).or_default() += 1;
             }
@@ -241,7 +236,6 @@ impl Metrics {
             };
             self.tenants_retrying.get_or_create(&label).set(n);
         }
-        let runs = stores.runjobs.state();
         for phase in RunPhase::ALL {
             let n = runs.iter().filter(|r| r.phase() == Some(phase)).count();
             self.runs

@@ -134,7 +134,7 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         clickhouse_prefix: sentry_tenants::names::ClickHousePrefix::for_namespace(namespace)
             .to_string(),
         clickhouse_ca_configmap: None,
-        max_concurrent_runs: sentry_tenants::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+        max_concurrent_runs: sentry_tenants::config::DEFAULT_MAX_CONCURRENT_RUNS,
         read_only_dashboard: false,
         aggregate_to_view_edit: false,
         network_policy: false,

@@ -1,6 +1,7 @@
 //! The two reconcilers and what they share: the context (client, caches, clock, leadership) and the
 //! wiring that runs them on shared reflector streams.
 
+pub mod attempts;
 mod backoff;
 pub mod job;
 pub mod reclaim;
@@ -41,8 +42,6 @@ pub const MANAGER: &str = "sentry-tenants";
 /// Field manager of the Tenant controller's part of a Tenant's status (phase, observedGeneration,
 /// conditions), written by server-side apply so that no other status field goes over the wire.
 pub const TENANT_CONTROLLER: &str = "sentry-tenants-tenant-controller";
-/// Finished runs kept on a Tenant's status.
-pub const HISTORY_LIMIT: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

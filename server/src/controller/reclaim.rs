@@ -5,8 +5,9 @@
 //!   recorded) is released at once;
 //! - otherwise its runs in flight finish first (a Provision still running could create the user after
 //!   a Deprovision dropped it), then a `Deprovision` run carries out `spec.reclaimPolicy` — one at a
-//!   time, a failed one retried after 15 s, 30 s and 60 s, four attempts, the reason on the
-//!   `Reclaimed` condition — and the finalizer goes only once one succeeded.
+//!   time, a failed one retried like every reconciler-made run (15 s doubling to 5 minutes, jittered,
+//!   with no limit on attempts), the reason and the next attempt's time on the `Reclaimed` condition —
+//!   and the finalizer goes only once one succeeded.
 //!
 //! A Deprovision run is not owned by its Tenant: a foreground deletion would have the garbage
 //! collector delete it before it ran. It names its Tenant by uid in a label instead.
@@ -17,7 +18,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::tenant::{NextRun, next_attempt, what_next};
+use super::attempts::{NextRun, next_attempt, what_next};
 use super::{Context, Result, replace_finalizers, requeue_at};
 use crate::crd::{RunAction, RunJob, TENANT_FINALIZER, Tenant};
 

@@ -27,9 +27,10 @@ use serde_json::json;
 use super::job::build_job;
 use super::slots::Admission;
 use super::{
-    Context, HISTORY_LIMIT, Result, is_controlled_by, name_of, patch_status_if_changed,
-    replace_finalizers, requeue_at, write_params,
+    Context, Result, is_controlled_by, name_of, patch_status_if_changed, replace_finalizers,
+    requeue_at, write_params,
 };
+use crate::crd::HISTORY_LIMIT;
 use crate::crd::{
     JobRef, RUNJOB_FINALIZER, RunAction, RunJob, RunJobStatus, RunPhase, RunRecord, Tenant,
     set_condition, to_k8s_time,

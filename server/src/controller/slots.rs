@@ -17,9 +17,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::crd::RunJob;
 
-/// The default cap; see the measurement in BENCHMARKS.md ("runs in flight").
-pub const DEFAULT_MAX_CONCURRENT_RUNS: u16 = 20;
-
 pub struct RunSlots {
     cap: usize,
     /// Runs admitted by this process whose Job the cache may not show yet.

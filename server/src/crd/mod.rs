@@ -12,8 +12,8 @@ pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,
 };
 pub use tenant::{
-    ProvisioningPolicy, RETRYING, ReclaimPolicy, RunRecord, SecretRef, Tenant, TenantLimits,
-    TenantPhase, TenantSpec, TenantStatus,
+    HISTORY_LIMIT, ProvisioningPolicy, RETRYING, ReclaimPolicy, RunRecord, SecretRef, Tenant,
+    TenantLimits, TenantPhase, TenantSpec, TenantStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -9,6 +9,9 @@ use crate::limits::{
 };
 use crate::names::{DISPLAY_NAME_PATTERN, MAX_DISPLAY_NAME};
 
+/// Finished runs kept on a Tenant's status (the schema bounds the list by it).
+pub const HISTORY_LIMIT: usize = 20;
+
 /// A tenant: a ClickHouse database, user and grants, provisioned by a RunJob and tracked here.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -292,7 +295,7 @@ pub struct TenantStatus {
     pub synced_generation: Option<i64>,
     /// Finished runs, newest first, kept after their RunJobs are cleaned up. Written only by the RunJob controller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = crate::controller::HISTORY_LIMIT))]
+    #[schemars(length(max = HISTORY_LIMIT))]
     pub history: Vec<RunRecord>,
 }
 

@@ -12,56 +12,15 @@ use kube::{Client, ResourceExt};
 
 use super::Values;
 use super::progress::Progress;
+use super::wait::{InstallError, api_error, poll};
 
 pub const MANAGER: &str = "sentry-tenants";
 /// Only objects carrying this selector are ever pruned: what an install created, never the tenants'
 /// Secrets or the operator's Jobs.
 pub const BUNDLE_SELECTOR: &str =
     "app.kubernetes.io/managed-by=sentry-tenants,sentry.io/bundle=install";
-/// The operator's pods (the Deployment's selector in manifests/deployment.yaml).
-pub const OPERATOR_POD_SELECTOR: &str =
-    "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";
 /// On a namespace `install` created (and only then): `uninstall` never deletes a namespace without it.
 pub const CREATED_BY_INSTALL: &str = "sentry.io/created-by-install";
-
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    #[error("{0}")]
-    Bundle(#[from] super::BundleError),
-    #[error(
-        "cannot apply {kind} {name}: its fields {fields} are managed by {managers}; re-run with --force-conflicts to take them over"
-    )]
-    Conflict {
-        kind: String,
-        name: String,
-        managers: String,
-        fields: String,
-    },
-    #[error("{0}")]
-    Api(String),
-    #[error(
-        "the operator Deployment {deployment} cannot roll out: {reason}; {hint}",
-        hint = ROLLOUT_HINT
-    )]
-    RolloutStuck { deployment: String, reason: String },
-    #[error(
-        "timed out after {seconds}s waiting for {what} (see `kubectl -n {namespace} get events`); raise --timeout or fix the cause and re-run install"
-    )]
-    Timeout {
-        what: String,
-        seconds: u64,
-        namespace: String,
-    },
-}
-
-/// What to do about a stuck rollout: most often the image (the default one is built from this
-/// repository's Dockerfile and must be pushed where the cluster can pull it).
-const ROLLOUT_HINT: &str = "fix the cause and re-run install (an image the cluster cannot pull: build and push it as docs/install.md's Image section says, or pass --image)";
-
-/// A failed API call as one line naming what we were doing.
-pub fn api_error(action: &str, e: &kube::Error) -> InstallError {
-    InstallError::Api(crate::cluster::describe(action, e))
-}
 
 #[derive(Debug, Clone)]
 pub struct InstallOptions {
@@ -174,7 +133,7 @@ pub async fn install(
             &values.namespace,
             super::DEPLOYMENT,
             applied,
-            opts,
+            (opts.timeout, opts.poll),
             progress,
         )
         .await?;
@@ -284,7 +243,7 @@ async fn wait_established(
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let what = format!("CRD {name} to be Established");
     let mut known: Option<CustomResourceDefinition> = typed(&applied);
-    poll(&what, opts, progress, ns, async || {
+    poll(&what, (opts.timeout, opts.poll), progress, ns, async || {
         let crd = match known.take() {
             Some(crd) => crd,
             None => api
@@ -299,30 +258,6 @@ async fn wait_established(
         Ok(established.then_some(()))
     })
     .await
-}
-
-pub(super) async fn poll(
-    what: &str,
-    opts: &InstallOptions,
-    progress: &Progress,
-    ns: &str,
-    mut check: impl AsyncFnMut() -> Result<Option<()>, InstallError>,
-) -> Result<(), InstallError> {
-    let deadline = tokio::time::Instant::now() + opts.timeout;
-    progress.step(&format!("waiting for {what}"));
-    loop {
-        if check().await?.is_some() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(InstallError::Timeout {
-                what: what.to_owned(),
-                seconds: opts.timeout.as_secs(),
-                namespace: ns.to_owned(),
-            });
-        }
-        tokio::time::sleep(opts.poll).await;
-    }
 }
 
 /// Kinds an install creates, so an upgrade can prune the ones a new bundle dropped.

@@ -213,7 +213,7 @@ async fn access_line(
 ) -> CheckLine {
     let scope = ns.map(|n| format!(" in namespace {n}")).unwrap_or_default();
     let what = format!("may {verb} {resource}{scope}");
-    match crate::web::permissions::access_review(client, ns, group, (verb, resource)).await {
+    match crate::cluster::access_review(client, ns, group, (verb, resource)).await {
         Ok(status) if status.allowed => CheckLine::pass(what),
         Ok(status) => {
             let reason = status.reason.filter(|s| !s.is_empty());

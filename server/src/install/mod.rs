@@ -1,20 +1,23 @@
-//! The Helm-free installer: `install`, `uninstall`, `check`, `dashboard`.
+//! The Helm-free installer: what `install`, `uninstall` and `check` do (their command lines are in `cli`).
 
 pub mod apply;
 pub mod bundle;
 pub mod check;
-pub mod commands;
-pub mod dashboard;
 pub mod progress;
 pub mod pss;
 pub mod rollout;
 pub mod uninstall;
+pub mod wait;
 pub mod who_can;
 
-pub use apply::{InstallError, InstallOptions, InstallReport, install};
-pub use bundle::{BundleError, ValueError, Values};
+pub use apply::{InstallOptions, InstallReport, install};
+pub use bundle::{BundleError, Values};
 pub use progress::Progress;
 pub use uninstall::{UninstallOptions, UninstallReport, uninstall};
+pub use wait::InstallError;
 
 /// The operator Deployment's name in every install.
 pub const DEPLOYMENT: &str = "sentry-tenants";
+/// The operator's pods (the Deployment's selector in manifests/deployment.yaml).
+pub const OPERATOR_POD_SELECTOR: &str =
+    "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";

@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
 
-use super::apply::{InstallError, InstallOptions, OPERATOR_POD_SELECTOR, api_error, poll};
+use super::OPERATOR_POD_SELECTOR;
 use super::progress::Progress;
+use super::wait::{InstallError, api_error, poll};
 
 /// Container waiting reasons a pod does not get out of by itself (the kubelet retries with a backoff,
 /// but the cause is outside the pod: a wrong image, missing credentials, a crashing binary).
@@ -39,13 +40,13 @@ pub async fn wait_rollout(
     ns: &str,
     name: &str,
     applied: Option<Deployment>,
-    opts: &InstallOptions,
+    patience: (std::time::Duration, std::time::Duration),
     progress: &Progress,
 ) -> Result<(), InstallError> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let what = format!("Deployment {ns}/{name} to roll out");
     let mut known = applied;
-    poll(&what, opts, progress, ns, async || {
+    poll(&what, patience, progress, ns, async || {
         let d = match known.take() {
             Some(d) => d,
             None => api

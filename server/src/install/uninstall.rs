@@ -16,11 +16,12 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use super::OPERATOR_POD_SELECTOR;
 use super::apply::{
-    BUNDLE_SELECTOR, CREATED_BY_INSTALL, InstallError, NAMESPACED_KINDS, OPERATOR_POD_SELECTOR,
-    api_error, cluster_roles, cluster_scoped_selector,
+    BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, cluster_roles, cluster_scoped_selector,
 };
 use super::progress::Progress;
+use super::wait::{InstallError, api_error};
 use crate::crd::{RUNJOB_FINALIZER, RunJob, TENANT_FINALIZER, Tenant};
 use crate::leader::LEASE_NAME;
 

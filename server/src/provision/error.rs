@@ -9,7 +9,7 @@ pub enum ProvisionError {
     #[error(transparent)]
     InvalidName(#[from] NameError),
     #[error(transparent)]
-    InvalidFlag(#[from] crate::install::ValueError),
+    InvalidFlag(#[from] crate::flags::ValueError),
     #[error(
         "ClickHouse at {url} is unreachable: {detail} (check --clickhouse-url and that the server is running)"
     )]

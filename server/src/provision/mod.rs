@@ -965,7 +965,7 @@ impl ProvisionArgs {
 
     /// The tenant, once every flag has been checked: nothing is contacted with a malformed one.
     fn checked_tenant(&self) -> Result<TenantName, ProvisionError> {
-        use crate::install::ValueError;
+        use crate::flags::ValueError;
         let name = TenantName::parse(&self.tenant)?;
         ValueError::check_namespace(&self.namespace)?;
         ValueError::check_clickhouse_url(&self.clickhouse_url)?;

@@ -71,13 +71,7 @@ impl Ident {
     /// A ClickHouse cluster's name as its configuration spells it (`remote_servers`): letters, digits,
     /// '_', '-' and '.', starting with a letter or '_'. Back-quoted wherever it is used.
     pub fn cluster(name: &str) -> Result<Self, BadIdentifier> {
-        let ok = !name.is_empty()
-            && name.len() <= 128
-            && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if ok {
+        if crate::flags::is_clickhouse_cluster_name(name) {
             Ok(Self(name.to_owned()))
         } else {
             Err(BadIdentifier(name.to_owned()))

@@ -618,7 +618,7 @@ async fn start_run(
             running.name_any()
         ));
     }
-    let run_name = crate::controller::tenant::next_run_by_hand(tenant, &runs, action);
+    let run_name = crate::controller::attempts::next_run_by_hand(tenant, &runs, action);
     let mut run = new_run_job(tenant, &run_name, action);
     run.metadata.annotations = Some(made_by_the_dashboard(a));
     let api: Api<crate::crd::RunJob> = Api::namespaced(a.client.clone(), &a.namespace);

@@ -28,9 +28,9 @@ pub async fn serve_local(
     client: Client,
     namespace: &str,
     listener: tokio::net::TcpListener,
-    open_browser: bool,
+    on_listening: impl FnOnce(&str),
 ) -> anyhow::Result<()> {
-    crate::operator::ensure_crds_installed(&client, namespace).await?;
+    crate::cluster::ensure_crds_installed(&client, namespace).await?;
     for (group, resource) in WATCHED {
         for verb in ["list", "watch"] {
             if matches!(
@@ -65,7 +65,7 @@ pub async fn serve_local(
     eprintln!("Reading the tenants and runs in {namespace}…");
     tokio::select! {
         _ = stores.wait_until_ready() => {}
-        _ = crate::operator::shutdown_signal() => return Ok(()),
+        _ = crate::signals::shutdown_signal() => return Ok(()),
     }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -104,11 +104,9 @@ pub async fn serve_local(
             .port()
     );
     eprintln!("Dashboard: {url}  (acting as {who} in namespace {namespace}; Ctrl-C to stop)");
-    if open_browser {
-        crate::install::dashboard::open_in_browser(&url);
-    }
+    on_listening(&url);
     let server = tokio::spawn(serve(listener, dashboard, Limits::default(), shutdown_rx));
-    crate::operator::shutdown_signal().await;
+    crate::signals::shutdown_signal().await;
     shutdown_tx.send_replace(true);
     let _ = server.await;
     Ok(())

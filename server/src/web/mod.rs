@@ -52,6 +52,8 @@ async fn metrics(State(state): State<ProbeState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.render(&state.stores),
+        state
+            .metrics
+            .render(&state.stores.tenants.state(), &state.stores.runjobs.state()),
     )
 }

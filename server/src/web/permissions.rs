@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-    SubjectAccessReviewStatus,
-};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use sentry_tenants_app::model::Allowed;
+
+use crate::cluster::access_review;
 use tokio::sync::watch;
 
 /// How long a review is believed: a RoleBinding granted or taken away shows within this.
@@ -110,32 +108,6 @@ pub async fn may_in_group(
 ) -> kube::Result<bool> {
     let answer = access_review(client, Some(namespace), group, permission).await?;
     Ok(answer.allowed)
-}
-
-/// A SelfSubjectAccessReview of `verb` `resource` (group `group`) in `namespace`, or cluster-wide
-/// without one: the API server's answer, its reason included.
-pub async fn access_review(
-    client: &Client,
-    namespace: Option<&str>,
-    group: &str,
-    (verb, resource): (&str, &str),
-) -> kube::Result<SubjectAccessReviewStatus> {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                namespace: namespace.map(Into::into),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
-    };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let answer = api.create(&PostParams::default(), &review).await?;
-    Ok(answer.status.unwrap_or_default())
 }
 
 /// The user name the API server knows this client as (SelfSubjectReview, Kubernetes ≥ 1.28); `None`

@@ -8,9 +8,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use sentry_tenants::install::OPERATOR_POD_SELECTOR;
 use sentry_tenants::install::apply::AdminCredentials;
 use sentry_tenants::install::apply::{
-    BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, OPERATOR_POD_SELECTOR, api_for,
+    BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, api_for,
 };
 use sentry_tenants::install::check::{Installed, all_passed, installed, post_install, preflight};
 use sentry_tenants::install::{InstallError, InstallOptions, Progress, install};

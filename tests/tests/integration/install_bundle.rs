@@ -21,7 +21,7 @@ fn values(read_only: bool) -> Values {
         clickhouse_cluster: None,
         clickhouse_prefix: "st4051f908cd".into(),
         clickhouse_ca_configmap: None,
-        max_concurrent_runs: sentry_tenants::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+        max_concurrent_runs: sentry_tenants::config::DEFAULT_MAX_CONCURRENT_RUNS,
         read_only_dashboard: read_only,
         aggregate_to_view_edit: false,
         network_policy: false,

@@ -115,7 +115,7 @@ async fn missing_crds_give_a_one_line_hint_to_install() {
         }
     });
     let client = kube::Client::new(mock, "ns");
-    let err = sentry_tenants::operator::ensure_crds_installed(&client, "ns")
+    let err = sentry_tenants::cluster::ensure_crds_installed(&client, "ns")
         .await
         .unwrap_err();
     assert_eq!(

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::SignedDuration;
 use kube::ResourceExt;
-use sentry_tenants::controller::HISTORY_LIMIT;
+use sentry_tenants::crd::HISTORY_LIMIT;
 use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, TenantPhase};
 use sentry_tenants_tests::fleet::{Fleet, Snapshot, clickhouse_user, tenant_names};
 use sentry_tenants_tests::{ReplayOnFailure, XorShift};

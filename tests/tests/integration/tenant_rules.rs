@@ -3,7 +3,7 @@
 use http::Method;
 use jiff::SignedDuration;
 use kube::ResourceExt;
-use sentry_tenants::controller::HISTORY_LIMIT;
+use sentry_tenants::crd::HISTORY_LIMIT;
 use sentry_tenants::crd::{RunAction, TenantPhase};
 use sentry_tenants_tests::Cluster;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use sentry_tenants::controller::HISTORY_LIMIT;
+use sentry_tenants::crd::HISTORY_LIMIT;
 use sentry_tenants::crd::{RunAction, RunPhase, RunRecord, Tenant};
 use sentry_tenants::web::insights;
 use sentry_tenants_tests::Cluster;

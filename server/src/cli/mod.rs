@@ -1,5 +1,8 @@
 //! The command line: one binary, one subcommand per job.
 
+pub mod commands;
+pub mod dashboard;
+
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::telemetry::{LogFormat, Verbosity, init_logging};
@@ -34,18 +37,18 @@ pub enum Command {
     /// Run the operator: Tenant and RunJob controllers, leader election, probes (what the Deployment runs).
     Run(Box<crate::operator::RunArgs>),
     /// Install or upgrade the operator into the current cluster (CRDs, RBAC, Deployment), and wait for it.
-    Install(Box<crate::install::commands::InstallArgs>),
+    Install(Box<commands::InstallArgs>),
     /// Remove the operator; keeps CRDs and tenants unless --delete-crds.
-    Uninstall(crate::install::commands::UninstallArgs),
+    Uninstall(commands::UninstallArgs),
     /// Check the cluster before (--pre) or after installing; exits non-zero if anything fails.
-    Check(crate::install::commands::CheckArgs),
+    Check(commands::CheckArgs),
     /// Open the dashboard: through a port-forward to an operator pod (acting as the operator's
     /// ServiceAccount), or with --local served here, acting as you (your RBAC, your audit trail).
-    Dashboard(crate::install::commands::DashboardArgs),
+    Dashboard(commands::DashboardArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
     /// Print this CLI's version and the installed operator's (`--client` for the CLI's only).
-    Version(crate::install::commands::VersionArgs),
+    Version(commands::VersionArgs),
     /// Print a shell completion script: `source <(sentry-tenants completion bash)`.
     Completion {
         #[arg(value_enum)]
@@ -79,20 +82,15 @@ pub fn main() -> std::process::ExitCode {
             print!("{}", completion_script(shell));
             Ok(())
         }
-        Command::Version(args) => runtime().block_on(crate::install::commands::run_version(args)),
-        Command::Install(args) => runtime().block_on(crate::install::commands::run_install(*args)),
-        Command::Uninstall(args) => {
-            runtime().block_on(crate::install::commands::run_uninstall(args))
-        }
-        Command::Check(args) => match runtime().block_on(crate::install::commands::run_check(args))
-        {
+        Command::Version(args) => runtime().block_on(commands::run_version(args)),
+        Command::Install(args) => runtime().block_on(commands::run_install(*args)),
+        Command::Uninstall(args) => runtime().block_on(commands::run_uninstall(args)),
+        Command::Check(args) => match runtime().block_on(commands::run_check(args)) {
             Ok(true) => Ok(()),
             Ok(false) => return std::process::ExitCode::FAILURE,
             Err(e) => Err(e),
         },
-        Command::Dashboard(args) => {
-            runtime().block_on(crate::install::commands::run_dashboard(args))
-        }
+        Command::Dashboard(args) => runtime().block_on(commands::run_dashboard(args)),
         Command::ProvisionTenant(args) => runtime().block_on(crate::provision::main(*args)),
         Command::Run(args) => runtime().block_on(crate::operator::run(*args)),
     };

@@ -1,15 +1,15 @@
-//! The installer's subcommands as a person types them.
+//! The subcommands as a person types them: their arguments, and what each runs and prints.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use super::apply::AdminCredentials;
-use super::check::{self, all_passed};
-use super::{
-    InstallOptions, Progress, UninstallOptions, ValueError, Values, dashboard, install, uninstall,
-};
+use super::dashboard;
+use crate::flags::ValueError;
+use crate::install::apply::AdminCredentials;
+use crate::install::check::{self, all_passed};
+use crate::install::{InstallOptions, Progress, UninstallOptions, Values, install, uninstall};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -53,7 +53,7 @@ pub struct InstallArgs {
     /// first. Bounds the load a burst of Tenants puts on the nodes and on ClickHouse.
     #[arg(
         long,
-        default_value_t = crate::controller::slots::DEFAULT_MAX_CONCURRENT_RUNS,
+        default_value_t = crate::config::DEFAULT_MAX_CONCURRENT_RUNS,
         value_parser = clap::value_parser!(u16).range(1..=crate::config::MAX_CONCURRENT_RUNS_LIMIT as i64)
     )]
     pub max_concurrent_runs: u16,
@@ -218,7 +218,7 @@ async fn print_who_can_act(client: &kube::Client, ns: &str, read_only: bool) {
         );
         return;
     }
-    let who = match super::who_can::port_forwarders(client, ns).await {
+    let who = match crate::install::who_can::port_forwarders(client, ns).await {
         Ok(who) => who,
         Err(e) => {
             let why = crate::cluster::describe("list the RBAC that grants port-forward", &e);
@@ -481,7 +481,12 @@ pub async fn run_dashboard(args: DashboardArgs) -> anyhow::Result<()> {
     if args.local {
         let client = crate::cluster::connect().await?;
         let listener = dashboard::listen_on_loopback(args.port).await?;
-        crate::web::local::serve_local(client, &args.namespace, listener, !args.no_browser).await
+        let open = |url: &str| {
+            if !args.no_browser {
+                dashboard::open_in_browser(url);
+            }
+        };
+        crate::web::local::serve_local(client, &args.namespace, listener, open).await
     } else {
         let client = crate::cluster::connect_for_streams().await?;
         dashboard::dashboard(client, &args.namespace, args.port, !args.no_browser).await
