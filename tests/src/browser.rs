@@ -301,6 +301,8 @@ pub struct Relay {
     pub url: String,
     cut: Arc<tokio::sync::watch::Sender<u64>>,
     down: Arc<std::sync::atomic::AtomicBool>,
+    /// Connections dropped while down: each one the browser tried and lost.
+    refused: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -311,13 +313,15 @@ impl Relay {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let cut = Arc::new(tokio::sync::watch::channel(0u64).0);
         let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (cut2, down2) = (Arc::clone(&cut), Arc::clone(&down));
+        let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (cut2, down2, refused2) = (Arc::clone(&cut), Arc::clone(&down), Arc::clone(&refused));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
                     return;
                 };
                 if down2.load(std::sync::atomic::Ordering::SeqCst) {
+                    refused2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     continue; // dropped on the floor: connection refused, as far as the browser can tell
                 }
                 let upstream = upstream.clone();
@@ -337,6 +341,7 @@ impl Relay {
             url,
             cut,
             down,
+            refused,
             task,
         }
     }
@@ -349,6 +354,11 @@ impl Relay {
     pub fn cut(&self) {
         self.down.store(true, std::sync::atomic::Ordering::SeqCst);
         self.cut.send_modify(|v| *v += 1);
+    }
+
+    /// How many connections the relay has dropped while cut.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn restore(&self) {

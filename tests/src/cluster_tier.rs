@@ -303,6 +303,36 @@ impl Setup {
             .count()
     }
 
+    /// When the Job controller first wrote that Job `name` in this namespace finished (a true
+    /// `SuccessCriteriaMet`, `Complete` or `Failed` condition): the arrival of that status write, from the
+    /// audit log, which logs these writes with their body (scripts/cluster.sh).
+    pub fn job_finished_at(&self, name: &str) -> Option<jiff::Timestamp> {
+        self.plane
+            .audit_events()
+            .iter()
+            .filter(|e| {
+                e["objectRef"]["resource"] == "jobs" && e["objectRef"]["subresource"] == "status"
+            })
+            .filter(|e| {
+                e["objectRef"]["namespace"] == self.ns.as_str() && e["objectRef"]["name"] == name
+            })
+            .filter(|e| {
+                e["requestObject"]["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        c["status"] == "True"
+                            && matches!(
+                                c["type"].as_str(),
+                                Some("SuccessCriteriaMet" | "Complete" | "Failed")
+                            )
+                    })
+            })
+            .filter_map(|e| e["requestReceivedTimestamp"].as_str()?.parse().ok())
+            .min()
+    }
+
     /// Fails on any request of our accounts in this namespace that the apiserver forbade.
     pub fn assert_no_forbidden(&self) {
         let forbidden = self.plane.forbidden_for_our_accounts(&self.ns);

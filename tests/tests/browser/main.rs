@@ -434,7 +434,12 @@ fn live_updates_resume_after_a_dropped_connection_without_duplicate_rows() {
         })
         .await;
         served.cluster.create_tenant("beta").await;
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        // Evidence, not a pause: the page tried to reconnect after beta existed, and was refused.
+        let refused = relay.refused();
+        eventually("the page to try again while cut off", || async {
+            relay.refused() > refused
+        })
+        .await;
         assert!(
             !exists(&b, "tr[data-tenant='beta']").await,
             "nothing can arrive while disconnected"

@@ -16,6 +16,18 @@ use crate::{Setup, setup, setup_alone};
 const OPERATOR_PODS: &str =
     "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";
 
+/// The restart happened while the run was in flight: its Job finished after `restarted_at` (the audit
+/// log says when the Job controller wrote so), or the test proved nothing about a restart mid-run.
+fn in_flight_at(s: &Setup, job: &str, restarted_at: jiff::Timestamp) {
+    let finished = s
+        .job_finished_at(job)
+        .expect("the Job's finishing status write");
+    assert!(
+        finished > restarted_at,
+        "the run had finished ({finished}) before the restart ({restarted_at}): nothing was restarted mid-run"
+    );
+}
+
 async fn ready_operator_pods(s: &Setup, n: usize) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_until(&format!("{n} ready operator pod(s)"), async || {
@@ -111,6 +123,7 @@ async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
     running(&runs, "acme-provision-1").await;
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let restarted_at = jiff::Timestamp::now();
     pods.delete(&operator.name_any(), &DeleteParams::default())
         .await
         .unwrap();
@@ -133,6 +146,7 @@ async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job
         1,
         "one Job for the run across the restart"
     );
+    in_flight_at(&s, "acme-provision-1", restarted_at);
     assert_ne!(replacement.name_any(), operator.name_any());
     s.assert_no_forbidden();
 }
@@ -154,6 +168,7 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
     running(&runs, "acme-provision-1").await;
 
+    let restarted_at = jiff::Timestamp::now();
     s.plane.restart_apiserver();
     ch.set_delay(Duration::ZERO);
 
@@ -165,6 +180,7 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
         run.status
     );
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    in_flight_at(&s, "acme-provision-1", restarted_at);
     s.set_suspended("acme", true);
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_until(

@@ -113,7 +113,7 @@ fn overlong_or_control_character_display_names_are_rejected() {
 }
 
 #[test]
-fn runjob_action_is_one_of_the_six_exactly() {
+fn runjob_action_is_one_of_the_seven_exactly() {
     let errors_for = |action: &str| {
         errors::<RunJob>(
             &run("acme-x-1", json!({"tenant": "acme", "action": action})),
@@ -125,12 +125,18 @@ fn runjob_action_is_one_of_the_six_exactly() {
         "Suspend",
         "Resume",
         "Rotate",
+        "Revoke",
         "SetLimits",
         "Deprovision",
     ] {
         let errs = errors_for(action);
         assert!(errs.is_empty(), "{action} refused: {errs:?}");
     }
+    assert_eq!(
+        sentry_tenants::crd::RunAction::ALL.len(),
+        7,
+        "a new action is added to the list above"
+    );
     for action in ["Delete", "provision", "PROVISION", "Provision ", ""] {
         let errs = errors_for(action);
         assert!(
