@@ -2,20 +2,14 @@
 
 use clap::Args;
 
-use crate::flags::ValueError;
+use crate::flags::{DEFAULT_CLICKHOUSE_URL, DEFAULT_TANTIVY_ROOT, Shared, ValueError};
 
 /// What the operator needs to know to build provisioning Jobs. The ClickHouse admin credentials are
 /// not here: only the *name* of their Secret, which the Job reads through `secretKeyRef`s.
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 pub struct OperatorConfig {
-    /// Namespace the operator watches (its own; RBAC is namespaced).
-    #[arg(
-        long,
-        short = 'n',
-        env = "SENTRY_TENANTS_NAMESPACE",
-        default_value = "sentry-tenants"
-    )]
-    pub namespace: String,
+    #[command(flatten)]
+    pub shared: Shared,
     /// Image of the provisioning Jobs: the operator's own image, which carries `provision-tenant`.
     #[arg(long, env = "SENTRY_TENANTS_IMAGE", default_value = crate::DEFAULT_IMAGE)]
     pub image: String,
@@ -26,13 +20,6 @@ pub struct OperatorConfig {
         default_value = "sentry-tenants-provisioner"
     )]
     pub provisioner_service_account: String,
-    /// ClickHouse HTTP endpoint the provisioner talks to.
-    #[arg(
-        long,
-        env = "SENTRY_TENANTS_CLICKHOUSE_URL",
-        default_value = "http://clickhouse:8123"
-    )]
-    pub clickhouse_url: String,
     /// Secret (keys `username`, `password`) with the ClickHouse admin credentials, read only by the Job's pod.
     #[arg(
         long,
@@ -40,13 +27,6 @@ pub struct OperatorConfig {
         default_value = "clickhouse-admin"
     )]
     pub clickhouse_admin_secret: String,
-    /// Root under which each tenant's Tantivy index path is derived.
-    #[arg(
-        long,
-        env = "SENTRY_TENANTS_TANTIVY_ROOT",
-        default_value = "/var/lib/sentry/tantivy"
-    )]
-    pub tantivy_root: String,
     /// Run every provisioning statement `ON CLUSTER` this ClickHouse cluster.
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CLUSTER")]
     pub clickhouse_cluster: Option<String>,
@@ -86,16 +66,16 @@ impl OperatorConfig {
     /// Checks every setting before the process connects anywhere: a typo is one clear line at start,
     /// not a Job that fails later. Same rules and messages as `install`'s flags.
     pub fn validate(&self) -> Result<(), ValueError> {
-        ValueError::check_namespace(&self.namespace)?;
+        ValueError::check_namespace(&self.shared.namespace)?;
         ValueError::check_image(&self.image)?;
         ValueError::check_service_account(&self.provisioner_service_account)?;
-        ValueError::check_clickhouse_url(&self.clickhouse_url)?;
+        ValueError::check_clickhouse_url(&self.shared.clickhouse_url)?;
         ValueError::check_secret(&self.clickhouse_admin_secret)?;
         ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
         ValueError::check_prefix(self.clickhouse_prefix.as_deref())?;
         ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
-        if !is_absolute_path(&self.tantivy_root) {
-            return Err(ValueError::TantivyRoot(self.tantivy_root.clone()));
+        if !is_absolute_path(&self.shared.tantivy_root) {
+            return Err(ValueError::TantivyRoot(self.shared.tantivy_root.clone()));
         }
         Ok(())
     }
@@ -103,12 +83,14 @@ impl OperatorConfig {
     /// Defaults, as `run` would see them with no flags or environment.
     pub fn for_namespace(namespace: &str) -> Self {
         Self {
-            namespace: namespace.to_owned(),
+            shared: Shared {
+                namespace: namespace.to_owned(),
+                clickhouse_url: DEFAULT_CLICKHOUSE_URL.to_owned(),
+                tantivy_root: DEFAULT_TANTIVY_ROOT.to_owned(),
+            },
             image: crate::DEFAULT_IMAGE.to_owned(),
             provisioner_service_account: "sentry-tenants-provisioner".to_owned(),
-            clickhouse_url: "http://clickhouse:8123".to_owned(),
             clickhouse_admin_secret: "clickhouse-admin".to_owned(),
-            tantivy_root: "/var/lib/sentry/tantivy".to_owned(),
             clickhouse_cluster: None,
             clickhouse_prefix: None,
             clickhouse_ca_configmap: None,

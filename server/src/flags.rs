@@ -2,6 +2,28 @@
 //! `provision-tenant`: the same flag is checked the same way and refused in the same words wherever it
 //! is given.
 
+/// The install namespace when none is given, everywhere a command takes one.
+pub const DEFAULT_NAMESPACE: &str = "sentry-tenants";
+pub const DEFAULT_CLICKHOUSE_URL: &str = "http://clickhouse:8123";
+pub const DEFAULT_TANTIVY_ROOT: &str = "/var/lib/sentry/tantivy";
+
+/// The settings `run` and `provision-tenant` both take, declared once: the operator hands them to its
+/// Jobs through these same environment variables.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    /// Namespace of the install: the operator watches it (RBAC is namespaced), and the tenants, their
+    /// runs and credentials Secrets live there.
+    #[arg(long, short = 'n', env = "SENTRY_TENANTS_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// ClickHouse HTTP endpoint the provisioner talks to; also written into each tenant's credentials
+    /// Secret.
+    #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_URL", default_value = DEFAULT_CLICKHOUSE_URL)]
+    pub clickhouse_url: String,
+    /// Root under which each tenant's Tantivy index path is derived (`<root>/<tenant>`).
+    #[arg(long, env = "SENTRY_TENANTS_TANTIVY_ROOT", default_value = DEFAULT_TANTIVY_ROOT)]
+    pub tantivy_root: String,
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ValueError {
     #[error(

@@ -58,7 +58,7 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     args.config.validate()?;
     let client = crate::cluster::connect().await?;
-    crate::cluster::ensure_crds_installed(&client, &args.config.namespace).await?;
+    crate::cluster::ensure_crds_installed(&client, &args.config.shared.namespace).await?;
 
     let metrics = Arc::new(Metrics::default());
     let (stores, writers) = Stores::shared();
@@ -75,7 +75,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let election = LeaderElection::new(
-        Api::<Lease>::namespaced(client.clone(), &args.config.namespace),
+        Api::<Lease>::namespaced(client.clone(), &args.config.shared.namespace),
         identity.clone(),
         Duration::from_secs(args.lease_seconds),
         Clock::System,
@@ -95,14 +95,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::web::serve::Limits::probes(),
         shutdown_rx.clone(),
     ));
-    tracing::info!(namespace = %args.config.namespace, %identity, probe = %args.probe_addr, "operator starting");
+    tracing::info!(namespace = %args.config.shared.namespace, %identity, probe = %args.probe_addr, "operator starting");
 
     let (read_only, permissions) = dashboard_permissions(&client, &args, shutdown_rx.clone()).await;
     let dashboard = crate::web::dashboard::router(crate::web::dashboard::Dashboard {
         backend: Arc::new(crate::web::backend::ClusterBackend {
             client: client.clone(),
             stores: stores.clone(),
-            namespace: args.config.namespace.clone(),
+            namespace: args.config.shared.namespace.clone(),
             permissions,
             acting_as: crate::web::actions::ActingAs::Operator,
             clock: Clock::System,
@@ -110,7 +110,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         actions: Arc::new(crate::web::actions::Actions {
             client: client.clone(),
             stores: stores.clone(),
-            namespace: args.config.namespace.clone(),
+            namespace: args.config.shared.namespace.clone(),
             acting_as: crate::web::actions::ActingAs::Operator,
         }),
         changes: stores.changes.subscribe(),
@@ -184,8 +184,12 @@ async fn dashboard_permissions(
     if args.read_only_dashboard {
         return (true, Permissions::fixed(Allowed::NONE));
     }
-    let reviewed =
-        Permissions::reviewed(client.clone(), args.config.namespace.clone(), shutdown).await;
+    let reviewed = Permissions::reviewed(
+        client.clone(),
+        args.config.shared.namespace.clone(),
+        shutdown,
+    )
+    .await;
     if reviewed.now().create {
         (false, reviewed)
     } else {

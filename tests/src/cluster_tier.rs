@@ -444,7 +444,7 @@ impl Operator {
         use sentry_tenants::web::permissions::Permissions;
         use sentry_tenants_app::model::Allowed;
         let stores = self.ctx.stores.clone();
-        let namespace = self.ctx.config.namespace.clone();
+        let namespace = self.ctx.config.shared.namespace.clone();
         router(Dashboard {
             backend: Arc::new(ClusterBackend {
                 client: self.ctx.client.clone(),

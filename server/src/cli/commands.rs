@@ -19,7 +19,7 @@ pub enum Output {
 #[derive(Args, Debug, Clone)]
 pub struct InstallArgs {
     /// Namespace to install into (created if missing).
-    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    #[arg(long, short = 'n', default_value = crate::flags::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// Operator image (also the provisioning Jobs' image).
     #[arg(long, default_value = crate::DEFAULT_IMAGE)]
@@ -28,7 +28,7 @@ pub struct InstallArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=10))]
     pub replicas: u8,
     /// ClickHouse HTTP endpoint the provisioner talks to.
-    #[arg(long, default_value = "http://clickhouse:8123")]
+    #[arg(long, default_value = crate::flags::DEFAULT_CLICKHOUSE_URL)]
     pub clickhouse_url: String,
     /// Secret (keys `username`, `password`) holding the ClickHouse admin credentials; only the provisioning
     /// Jobs read it.
@@ -241,7 +241,7 @@ async fn print_who_can_act(client: &kube::Client, ns: &str, read_only: bool) {
 
 #[derive(Args, Debug, Clone)]
 pub struct UninstallArgs {
-    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    #[arg(long, short = 'n', default_value = crate::flags::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// Also delete the CRDs — and with them every Tenant and RunJob in the cluster.
     #[arg(long)]
@@ -323,7 +323,7 @@ fn confirm(what: &str) -> anyhow::Result<()> {
 
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
-    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    #[arg(long, short = 'n', default_value = crate::flags::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// Before installing: cluster reachable, version supported, permissions to install, the
     /// ClickHouse admin Secret in place.
@@ -395,7 +395,7 @@ pub enum Format {
 #[derive(Args, Debug, Clone)]
 pub struct VersionArgs {
     /// Namespace of the install whose version to show.
-    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    #[arg(long, short = 'n', default_value = crate::flags::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// Only this CLI's version; needs no cluster.
     #[arg(long)]
@@ -461,7 +461,7 @@ fn server_line(installed: Option<&check::Installed>, namespace: &str) -> String 
 
 #[derive(Args, Debug, Clone)]
 pub struct DashboardArgs {
-    #[arg(long, short = 'n', default_value = "sentry-tenants")]
+    #[arg(long, short = 'n', default_value = crate::flags::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// Serve the dashboard from this process, acting as you: your kubeconfig's credentials make every
     /// request, so your RBAC decides what you may do (buttons you may not use are hidden) and the API

@@ -54,7 +54,7 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Provision, suspend or resume one tenant in ClickHouse and record it on the Tenant (what RunJob pods run).
+    /// Carry out one run action (--action) for one tenant in ClickHouse and record it on the Tenant (what RunJob pods run).
     ProvisionTenant(Box<crate::provision::ProvisionArgs>),
 }
 

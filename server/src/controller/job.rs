@@ -190,8 +190,8 @@ fn job_env(run: &RunJob, config: &OperatorConfig) -> Vec<EnvVar> {
             env::NAMESPACE,
             run.namespace().as_deref().unwrap_or_default(),
         ),
-        plain(env::CLICKHOUSE_URL, &config.clickhouse_url),
-        plain(env::TANTIVY_ROOT, &config.tantivy_root),
+        plain(env::CLICKHOUSE_URL, &config.shared.clickhouse_url),
+        plain(env::TANTIVY_ROOT, &config.shared.tantivy_root),
         secret(env::CLICKHOUSE_USER, "username"),
         secret(env::CLICKHOUSE_PASSWORD, "password"),
     ]

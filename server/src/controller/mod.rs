@@ -112,15 +112,15 @@ impl Context {
     }
 
     pub fn tenants(&self) -> Api<Tenant> {
-        Api::namespaced(self.client.clone(), &self.config.namespace)
+        Api::namespaced(self.client.clone(), &self.config.shared.namespace)
     }
 
     pub fn runjobs(&self) -> Api<RunJob> {
-        Api::namespaced(self.client.clone(), &self.config.namespace)
+        Api::namespaced(self.client.clone(), &self.config.shared.namespace)
     }
 
     pub fn jobs(&self) -> Api<Job> {
-        Api::namespaced(self.client.clone(), &self.config.namespace)
+        Api::namespaced(self.client.clone(), &self.config.shared.namespace)
     }
 
     /// The tenant from the cache; a miss is confirmed against the API, because acting on a stale
@@ -129,7 +129,7 @@ impl Context {
         Ok(cached_or_fetched(
             &self.stores.tenants,
             &self.tenants(),
-            &self.config.namespace,
+            &self.config.shared.namespace,
             name,
         )
         .await?)
@@ -137,7 +137,7 @@ impl Context {
 
     /// The tenant's runs, from the cache.
     pub fn runs_of(&self, tenant: &str) -> Vec<Arc<RunJob>> {
-        self.stores.runs_of(&self.config.namespace, tenant)
+        self.stores.runs_of(&self.config.shared.namespace, tenant)
     }
 
     /// Publishes a Kubernetes Event. Events are advisory: a failure is logged, never fails a reconcile.

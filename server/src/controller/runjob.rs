@@ -255,7 +255,7 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
     if let Some(job) = ctx
         .stores
         .jobs
-        .get(&ObjectRef::new(&name).within(&ctx.config.namespace))
+        .get(&ObjectRef::new(&name).within(&ctx.config.shared.namespace))
     {
         return Ok(classify(job));
     }
@@ -293,10 +293,13 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
 
 /// A Job from the cache, or from the API when the cache has not seen it (yet).
 async fn lookup_job(name: &str, ctx: &Context) -> Result<Option<Arc<Job>>> {
-    Ok(
-        super::cached_or_fetched(&ctx.stores.jobs, &ctx.jobs(), &ctx.config.namespace, name)
-            .await?,
+    Ok(super::cached_or_fetched(
+        &ctx.stores.jobs,
+        &ctx.jobs(),
+        &ctx.config.shared.namespace,
+        name,
     )
+    .await?)
 }
 
 /// Rule 5: the RunJob's status as a function of its Job.
@@ -401,8 +404,11 @@ fn queued(run: &RunJob, cap: usize) -> RunJobStatus {
 
 /// Reconciles the queued runs that may take the slots free now.
 fn wake_queued(ctx: &Context) {
-    ctx.slots
-        .wake_next(&ctx.config.namespace, &ctx.stores.runjobs, &ctx.stores.jobs);
+    ctx.slots.wake_next(
+        &ctx.config.shared.namespace,
+        &ctx.stores.runjobs,
+        &ctx.stores.jobs,
+    );
 }
 
 fn waiting_for_foreign_job(run: &RunJob, job: &Job) -> RunJobStatus {
@@ -424,7 +430,7 @@ async fn with_pod_outcome(run: &RunJob, mut desired: RunJobStatus, ctx: &Context
     let Some(job_ref) = desired.job_ref.as_ref().filter(|_| just_finished) else {
         return desired;
     };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.config.shared.namespace);
     let selector = format!("batch.kubernetes.io/job-name={}", job_ref.name);
     let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await else {
         return desired;

@@ -294,7 +294,7 @@ pub async fn run_controllers(
         runjobs: rw,
         jobs: jw,
     } = writers;
-    let ns = ctx.config.namespace.clone();
+    let ns = ctx.config.shared.namespace.clone();
     let client = ctx.client.clone();
     let subscribe_tenants = tw.subscribe().expect("shared store");
     let subscribe_runs_a = rw.subscribe().expect("shared store");

@@ -39,21 +39,8 @@ pub struct ProvisionArgs {
     /// What to do.
     #[arg(long, env = "SENTRY_TENANTS_ACTION", default_value = "provision", value_parser = parse_action)]
     pub action: RunAction,
-    /// Namespace of the Tenant.
-    #[arg(
-        long,
-        short = 'n',
-        env = "SENTRY_TENANTS_NAMESPACE",
-        default_value = "sentry-tenants"
-    )]
-    pub namespace: String,
-    /// ClickHouse HTTP endpoint; also written into the tenant's credentials Secret.
-    #[arg(
-        long,
-        env = "SENTRY_TENANTS_CLICKHOUSE_URL",
-        default_value = "http://clickhouse:8123"
-    )]
-    pub clickhouse_url: String,
+    #[command(flatten)]
+    pub shared: crate::flags::Shared,
     /// ClickHouse admin user.
     #[arg(
         long,
@@ -85,13 +72,6 @@ pub struct ProvisionArgs {
     /// PEM CA bundle that verifies an `https://` --clickhouse-url instead of the system's roots.
     #[arg(long, env = "SENTRY_TENANTS_CLICKHOUSE_CA_FILE")]
     pub clickhouse_ca_file: Option<std::path::PathBuf>,
-    /// Root under which the tenant's Tantivy index path is derived (`<root>/<tenant>`).
-    #[arg(
-        long,
-        env = "SENTRY_TENANTS_TANTIVY_ROOT",
-        default_value = "/var/lib/sentry/tantivy"
-    )]
-    pub tantivy_root: String,
     /// Deliberately issue a new password (never the default): updates the user and the Secret.
     #[arg(long)]
     pub rotate: bool,
@@ -960,15 +940,15 @@ impl ProvisionArgs {
     pub fn prefix(&self) -> ClickHousePrefix {
         self.clickhouse_prefix
             .clone()
-            .unwrap_or_else(|| ClickHousePrefix::for_namespace(&self.namespace))
+            .unwrap_or_else(|| ClickHousePrefix::for_namespace(&self.shared.namespace))
     }
 
     /// The tenant, once every flag has been checked: nothing is contacted with a malformed one.
     fn checked_tenant(&self) -> Result<TenantName, ProvisionError> {
         use crate::flags::ValueError;
         let name = TenantName::parse(&self.tenant)?;
-        ValueError::check_namespace(&self.namespace)?;
-        ValueError::check_clickhouse_url(&self.clickhouse_url)?;
+        ValueError::check_namespace(&self.shared.namespace)?;
+        ValueError::check_clickhouse_url(&self.shared.clickhouse_url)?;
         Ok(name)
     }
 }
@@ -978,7 +958,7 @@ pub fn dry_run(args: &ProvisionArgs) -> Result<Vec<String>, ProvisionError> {
     let name = args.checked_tenant()?;
     // Offline, the Tenant's uid is unknown: the owner role is printed with a zero uid.
     let owner = Owner {
-        namespace: args.namespace.clone(),
+        namespace: args.shared.namespace.clone(),
         tenant: name.to_string(),
         uid: "00000000-0000-0000-0000-000000000000".to_owned(),
     };
@@ -1035,8 +1015,8 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
     let clickhouse = clickhouse_client(args)?;
     let provisioner = Provisioner {
         clickhouse,
-        clickhouse_url: args.clickhouse_url.clone(),
-        sync: TenantSync::new(client, &args.namespace, &args.tantivy_root),
+        clickhouse_url: args.shared.clickhouse_url.clone(),
+        sync: TenantSync::new(client, &args.shared.namespace, &args.shared.tantivy_root),
         rotate: args.rotate,
         cluster: args.clickhouse_cluster.clone(),
         prefix: args.prefix(),
@@ -1052,7 +1032,7 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
 fn clickhouse_client(args: &ProvisionArgs) -> Result<HttpClickHouse, ProvisionError> {
     let clickhouse = match &args.clickhouse_ca_file {
         None => HttpClickHouse::new(
-            &args.clickhouse_url,
+            &args.shared.clickhouse_url,
             &args.clickhouse_user,
             &args.clickhouse_password,
             args.clickhouse_auth,
@@ -1063,7 +1043,7 @@ fn clickhouse_client(args: &ProvisionArgs) -> Result<HttpClickHouse, ProvisionEr
                 detail: e.to_string(),
             })?;
             HttpClickHouse::with_ca_bundle(
-                &args.clickhouse_url,
+                &args.shared.clickhouse_url,
                 &args.clickhouse_user,
                 &args.clickhouse_password,
                 args.clickhouse_auth,
@@ -1071,7 +1051,7 @@ fn clickhouse_client(args: &ProvisionArgs) -> Result<HttpClickHouse, ProvisionEr
             )
         }
     }
-    .map_err(|e| ProvisionError::from_clickhouse(&args.clickhouse_url, e))?;
+    .map_err(|e| ProvisionError::from_clickhouse(&args.shared.clickhouse_url, e))?;
     Ok(match args.clickhouse_cluster {
         Some(_) => clickhouse.for_cluster(),
         None => clickhouse,
