@@ -316,19 +316,7 @@ impl Setup {
             .filter(|e| {
                 e["objectRef"]["namespace"] == self.ns.as_str() && e["objectRef"]["name"] == name
             })
-            .filter(|e| {
-                e["requestObject"]["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        c["status"] == "True"
-                            && matches!(
-                                c["type"].as_str(),
-                                Some("SuccessCriteriaMet" | "Complete" | "Failed")
-                            )
-                    })
-            })
+            .filter(|e| crate::control_plane::is_finishing_job_status(e))
             .filter_map(|e| e["requestReceivedTimestamp"].as_str()?.parse().ok())
             .min()
     }

@@ -70,6 +70,22 @@ fn start_with_cluster_sh() -> PathBuf {
     PathBuf::from(path)
 }
 
+/// An audit event of a Job status write that says the Job finished: a true `SuccessCriteriaMet`,
+/// `Complete` or `Failed` condition in its body (scripts/cluster.sh logs these writes with it).
+pub fn is_finishing_job_status(e: &Value) -> bool {
+    e["requestObject"]["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["status"] == "True"
+                && matches!(
+                    c["type"].as_str(),
+                    Some("SuccessCriteriaMet" | "Complete" | "Failed")
+                )
+        })
+}
+
 impl ControlPlane {
     /// A client with the kubeconfig's (admin) credentials.
     pub async fn admin(&self) -> Client {

@@ -521,24 +521,21 @@ async fn network_policies_select_the_operator_and_job_pods_and_go_when_dropped()
     }
     let policies: Api<NetworkPolicy> = Api::namespaced(s.admin.clone(), &s.ns);
     let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
-    let selected = async |policy: &str| -> BTreeSet<String> {
-        let p = policies.get(policy).await.unwrap();
-        let labels = p.spec.unwrap().pod_selector.unwrap().match_labels.unwrap();
-        let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    // The pods a label selector picks, by the real apiserver's matching.
+    let pod_names = async |selector: &str| -> BTreeSet<String> {
         let listed = pods
-            .list(&ListParams::default().labels(&selector.join(",")))
+            .list(&ListParams::default().labels(selector))
             .await
             .unwrap();
         listed.items.iter().map(|p| p.name_any()).collect()
     };
-    let operator_pods: BTreeSet<String> = pods
-        .list(&ListParams::default().labels(OPERATOR_POD_SELECTOR))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
+    let selected = async |policy: &str| -> BTreeSet<String> {
+        let p = policies.get(policy).await.unwrap();
+        let labels = p.spec.unwrap().pod_selector.unwrap().match_labels.unwrap();
+        let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pod_names(&selector.join(",")).await
+    };
+    let operator_pods = pod_names(OPERATOR_POD_SELECTOR).await;
     assert!(!operator_pods.is_empty());
     assert_eq!(selected("sentry-tenants").await, operator_pods);
     let stored = policies.get("sentry-tenants").await.unwrap().spec.unwrap();
@@ -573,14 +570,7 @@ async fn network_policies_select_the_operator_and_job_pods_and_go_when_dropped()
     .await;
     // The Job may have made a second pod by now (its first failed): every pod selected is the Job's.
     let selected_pods = selected("sentry-tenants-provisioner").await;
-    let jobs_pods: BTreeSet<String> = pods
-        .list(&ListParams::default().labels(job_pod))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
+    let jobs_pods = pod_names(job_pod).await;
     assert!(!selected_pods.is_empty());
     assert!(
         selected_pods.is_subset(&jobs_pods),

@@ -11,6 +11,17 @@ use sentry_tenants::install::bundle::parse_documents;
 use sentry_tenants::install::{Values, pss};
 use serde_json::Value;
 
+/// The Job the operator makes for a Provision run of `acme` in the default namespace.
+fn a_provisioning_job() -> k8s_openapi::api::batch::v1::Job {
+    let mut run = RunJob::new(
+        "acme-provision-1",
+        RunJobSpec::new("acme", RunAction::Provision),
+    );
+    run.metadata.namespace = Some("sentry-tenants".into());
+    run.metadata.uid = Some("uid".into());
+    build_job(&run, &OperatorConfig::for_namespace("sentry-tenants"))
+}
+
 fn values(read_only: bool) -> Values {
     Values {
         namespace: "sentry-tenants".into(),
@@ -239,13 +250,7 @@ fn every_pod_in_the_bundle_and_every_job_passes_restricted() {
     assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
     assert!(container.resources.as_ref().unwrap().requests.is_some());
 
-    let mut run = RunJob::new(
-        "acme-provision-1",
-        RunJobSpec::new("acme", RunAction::Provision),
-    );
-    run.metadata.namespace = Some("sentry-tenants".into());
-    run.metadata.uid = Some("uid".into());
-    let job = build_job(&run, &OperatorConfig::for_namespace("sentry-tenants"));
+    let job = a_provisioning_job();
     assert_eq!(
         pss::violations(&job.spec.unwrap().template.spec.unwrap()),
         Vec::<String>::new()
@@ -387,13 +392,7 @@ fn network_policy_is_opt_in_admits_only_the_probe_port_of_the_operator_and_nothi
     );
 
     // The provisioner's: every Job pod (and not the operator), no ingress rule at all.
-    let mut run = RunJob::new(
-        "acme-provision-1",
-        RunJobSpec::new("acme", RunAction::Provision),
-    );
-    run.metadata.namespace = Some("sentry-tenants".into());
-    run.metadata.uid = Some("uid".into());
-    let job = build_job(&run, &OperatorConfig::for_namespace("sentry-tenants"));
+    let job = a_provisioning_job();
     let job_pod_labels = job.spec.unwrap().template.metadata.unwrap().labels.unwrap();
     assert!(selects(
         &provisioner["spec"]["podSelector"],

@@ -17,7 +17,7 @@ use sentry_tenants::config::DEFAULT_MAX_CONCURRENT_RUNS;
 use sentry_tenants::crd::{RunJob, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::cluster_tier::{Setup, setup, tenants_with_provision_runs};
-use sentry_tenants_tests::control_plane::wait_until;
+use sentry_tenants_tests::control_plane::{is_finishing_job_status, wait_until};
 use sentry_tenants_tests::fleet::{Fleet, is_counted_write, tenant_names};
 use serde_json::Value;
 
@@ -440,21 +440,6 @@ pub async fn cap_sweep() -> Section {
 /// cap, no 429) at a scale far past the cap.
 pub const FLOOD: usize = 2_000;
 
-/// A Job's run ended (for the count of runs in flight): the Job controller wrote a terminal condition.
-fn finishing_status(e: &Value) -> bool {
-    e["requestObject"]["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c["status"] == "True"
-                && matches!(
-                    c["type"].as_str(),
-                    Some("SuccessCriteriaMet" | "Complete" | "Failed")
-                )
-        })
-}
-
 /// Which audit times bound a Job's time in flight: the apiserver makes a write visible somewhere between
 /// receiving the request and completing its answer (on a loaded machine, a watcher can see a Job finish
 /// well before that answer is logged).
@@ -488,7 +473,7 @@ fn max_runs_in_flight(events: &[Value], ns: &str, operator: &str, bounds: Bounds
                 steps.push((time(start), 1, name.clone()));
                 false
             }
-            (Some("update" | "patch"), Some("status")) => finishing_status(e),
+            (Some("update" | "patch"), Some("status")) => is_finishing_job_status(e),
             (Some("delete"), None) => code == 200,
             _ => false,
         };
