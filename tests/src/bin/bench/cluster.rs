@@ -458,7 +458,7 @@ fn max_runs_in_flight(events: &[Value], ns: &str, operator: &str, bounds: Bounds
         Bounds::Certain => ("stageTimestamp", "requestReceivedTimestamp"),
         Bounds::Possible => ("requestReceivedTimestamp", "stageTimestamp"),
     };
-    let mut steps: Vec<(String, i32, String)> = Vec::new();
+    let mut steps: Vec<(String, i32)> = Vec::new();
     let mut ended = std::collections::BTreeSet::new();
     for e in events {
         let r = &e["objectRef"];
@@ -470,21 +470,21 @@ fn max_runs_in_flight(events: &[Value], ns: &str, operator: &str, bounds: Bounds
         let code = e["responseStatus"]["code"].as_i64().unwrap_or_default();
         let ends = match (e["verb"].as_str(), r["subresource"].as_str()) {
             (Some("create"), None) if e["user"]["username"] == operator && code == 201 => {
-                steps.push((time(start), 1, name.clone()));
+                steps.push((time(start), 1));
                 false
             }
             (Some("update" | "patch"), Some("status")) => is_finishing_job_status(e),
             (Some("delete"), None) => code == 200,
             _ => false,
         };
-        if ends && ended.insert(name.clone()) {
-            steps.push((time(end), -1, name));
+        if ends && ended.insert(name) {
+            steps.push((time(end), -1));
         }
     }
     // Same-format RFC 3339 times sort as strings; at one instant an end counts before a start.
-    steps.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    steps.sort();
     let (mut now, mut most) = (0i32, 0i32);
-    for (_, step, _) in steps {
+    for (_, step) in steps {
         now += step;
         most = most.max(now);
     }
