@@ -5,16 +5,15 @@
 # which the cluster's state directory also keeps (<state>/image): the reference its tests and
 # scripts/try.sh install. Run it again after rebuilding the binary.
 #
-# The image is the one the Dockerfile describes (a test keeps the two equal): the binary at
-# /usr/local/bin/sentry-tenants, user 65532:65532, entrypoint the binary with `run`, ports 8080 and 8081,
-# the OCI source and licence labels; plus what the binary needs and no shell: the C libraries it links
-# (the dev binary is not static; ldd names them), the CA bundle for https:// ClickHouse, and passwd and
-# group entries for 65532. The binary is the one the tests already built ($SENTRY_TENANTS_POD_BINARY,
-# default target/debug/sentry-tenants; scripts/bench.sh names the release one), without its debug
-# sections. Same binary, same commit → same digest: scripts/oci_image.py writes reproducible layers.
+# The image is the product's own: `sentry-tenants image export` of the binary the tests already built
+# ($SENTRY_TENANTS_POD_BINARY, default target/debug/sentry-tenants; scripts/bench.sh names the release
+# one), run from a copy without its debug sections so the image carries no 150 MB of line tables. So
+# every cluster run proves the export: skopeo reads the archive, the registry stores it, containerd
+# pulls it and the kubelet runs it (a test keeps its declarations equal to the Dockerfile's).
 #
 # For the tests' drills, SENTRY_TENANTS_IMAGE_NAME (default sentry-tenants) names the repository and
-# SENTRY_TENANTS_IMAGE_ENTRYPOINT (JSON) replaces the entrypoint: an image that exits at once, say.
+# SENTRY_TENANTS_IMAGE_ENTRYPOINT (JSON) replaces the entrypoint (scripts/oci_image.py --base): an
+# image that exits at once, say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,40 +25,21 @@ registry=${SENTRY_TENANTS_REGISTRY:-$(cat "$dir/registry" 2>/dev/null || true)}
 
 name=${SENTRY_TENANTS_IMAGE_NAME:-sentry-tenants}
 work=target/image/$name
-rm -rf "$work" && mkdir -p "$work/etc"
+rm -rf "$work" && mkdir -p "$work"
 objcopy --strip-debug "$binary" "$work/sentry-tenants"
-echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin" >"$work/etc/passwd"
-echo "nonroot:x:65532:" >"$work/etc/group"
-
-files=(
-  --file "$work/sentry-tenants=/usr/local/bin/sentry-tenants:0755"
-  --file "/etc/ssl/certs/ca-certificates.crt=/etc/ssl/certs/ca-certificates.crt:0644"
-  --file "$work/etc/passwd=/etc/passwd:0644"
-  --file "$work/etc/group=/etc/group:0644"
-  --dir /tmp:1777
-)
-# The shared libraries the binary loads, at the paths the dynamic loader looks for them.
-for lib in $(ldd "$work/sentry-tenants" | grep -o '/[^ ]*' | sort -u); do
-  files+=(--file "$(realpath "$lib")=$lib:0755")
-done
-
-revision=$(git rev-parse HEAD)
-version=$("$binary" version --client | sed -n "s/^client: //p") # what the binary says it is
 tag="dev-$(git rev-parse --short=12 HEAD)"
-entrypoint=${SENTRY_TENANTS_IMAGE_ENTRYPOINT:-'["/usr/local/bin/sentry-tenants"]'}
-digest=$(python3 scripts/oci_image.py "$work/oci" --tag "$tag" "${files[@]}" \
-  --user 65532:65532 --entrypoint "$entrypoint" --cmd '["run"]' \
-  --expose 8080/tcp --expose 8081/tcp \
-  --label org.opencontainers.image.source=https://github.com/sentry-tenants/sentry-tenants \
-  --label org.opencontainers.image.licenses=Apache-2.0 \
-  --label "org.opencontainers.image.revision=$revision" \
-  --label "org.opencontainers.image.version=$version" \
-  --created "$(git log -1 --format=%cI HEAD | sed 's/+00:00$/Z/')")
-skopeo copy -q --dest-tls-verify=false --digestfile "$work/pushed" \
-  "oci:$work/oci:$tag" "docker://$registry/$name:$tag"
+digest=$("$work/sentry-tenants" image export -o "$work/image.tar" --tag "$registry/$name:$tag" 2>"$work/export.log") ||
+  { cat "$work/export.log" >&2; exit 1; }
+source="oci-archive:$work/image.tar"
+if [ -n "${SENTRY_TENANTS_IMAGE_ENTRYPOINT:-}" ]; then
+  digest=$(python3 scripts/oci_image.py "$work/oci" --tag "$tag" --base "$work/image.tar" \
+    --entrypoint "$SENTRY_TENANTS_IMAGE_ENTRYPOINT")
+  source="oci:$work/oci:$tag"
+fi
+skopeo copy -q --dest-tls-verify=false --digestfile "$work/pushed" "$source" "docker://$registry/$name:$tag"
 pushed=$(cat "$work/pushed")
 [ "$pushed" = "$digest" ] || { echo "image: the registry holds $pushed, not the built $digest" >&2; exit 1; }
-echo "image: pushed $registry/$name:$tag ($(du -h "$work/oci/blobs" | tail -1 | cut -f1) in blobs)" >&2
+echo "image: pushed $registry/$name:$tag ($(du -h "$work/image.tar" | cut -f1) archive)" >&2
 # The operator image of a local cluster: what its tests and scripts/try.sh install.
 if [ "$name" = sentry-tenants ] && [ -d "$dir" ] && [ "$registry" = "$(cat "$dir/registry" 2>/dev/null)" ]; then
   echo "$registry/$name@$digest" >"$dir/image"

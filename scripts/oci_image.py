@@ -4,6 +4,11 @@
     oci_image.py OUT_DIR --tag TAG [--file SRC=DST[:MODE]]... [--dir DST]... [--user UID:GID]
                  [--entrypoint JSON] [--cmd JSON] [--expose PORT/PROTO]... [--label K=V]...
                  [--env K=V]... [--created RFC3339]
+    oci_image.py OUT_DIR --tag TAG --base ARCHIVE --entrypoint JSON
+
+The second form is the image of an OCI archive (`sentry-tenants image export`) with another
+entrypoint, its layers and the rest of its config kept: the tests' drills (an operator that exits
+at once) start from the product's own image.
 
 Reproducible: the same inputs give the same digest. Entries are sorted, owned by 0:0 (files keep the
 mode given, default 0755 for executables and 0644 otherwise), stamped with --created (default the Unix
@@ -35,6 +40,7 @@ def parse_args(argv):
     p.add_argument("--label", action="append", default=[])
     p.add_argument("--env", action="append", default=[])
     p.add_argument("--created", default="1970-01-01T00:00:00Z")
+    p.add_argument("--base", metavar="ARCHIVE")
     return p.parse_args(argv)
 
 
@@ -81,8 +87,54 @@ def write_blob(out, data):
     return "sha256:" + digest
 
 
+def write_layout(out, tag, config_bytes, layers):
+    """OUT_DIR as an OCI layout of one image: its config, its layers [(media type, bytes)]."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "blobs", "sha256"))
+    descriptors = [{"mediaType": media_type, "digest": write_blob(out, data), "size": len(data)}
+                   for media_type, data in layers]
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": write_blob(out, config_bytes), "size": len(config_bytes)},
+        "layers": descriptors,
+    }
+    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    manifest_digest = write_blob(out, manifest_bytes)
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": manifest["mediaType"], "digest": manifest_digest,
+                       "size": len(manifest_bytes),
+                       "annotations": {"org.opencontainers.image.ref.name": tag}}],
+    }
+    with open(os.path.join(out, "index.json"), "w") as f:
+        json.dump(index, f, sort_keys=True, separators=(",", ":"))
+    with open(os.path.join(out, "oci-layout"), "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    # The last line: what a push of this layout keeps (skopeo copies OCI manifests byte for byte).
+    print(manifest_digest)
+
+
+def rebased(a):
+    """The image of the archive a.base with a.entrypoint."""
+    with tarfile.open(a.base) as archive:
+        read = lambda name: archive.extractfile(name).read()
+        blob = lambda digest: read("blobs/" + digest.replace(":", "/"))
+        index = json.loads(read("index.json"))
+        manifest = json.loads(blob(index["manifests"][0]["digest"]))
+        config = json.loads(blob(manifest["config"]["digest"]))
+        layers = [(layer["mediaType"], blob(layer["digest"])) for layer in manifest["layers"]]
+    config["config"]["Entrypoint"] = json.loads(a.entrypoint)
+    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    write_layout(a.out, a.tag, config_bytes, layers)
+
+
 def main(argv):
     a = parse_args(argv)
+    if a.base:
+        return rebased(a)
     created = a.created
     mtime = int(datetime.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp())
     files = []
@@ -97,10 +149,6 @@ def main(argv):
     with gzip.GzipFile(filename="", mode="wb", fileobj=gz, mtime=0, compresslevel=6) as z:
         z.write(tar)
     layer = gz.getvalue()
-
-    shutil.rmtree(a.out, ignore_errors=True)
-    os.makedirs(os.path.join(a.out, "blobs", "sha256"))
-    layer_digest = write_blob(a.out, layer)
 
     config = {}
     if a.user:
@@ -125,35 +173,7 @@ def main(argv):
         "history": [{"created": created, "created_by": "scripts/oci_image.py"}],
     }
     config_bytes = json.dumps(image_config, sort_keys=True, separators=(",", ":")).encode()
-    config_digest = write_blob(a.out, config_bytes)
-
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
-                   "size": len(config_bytes)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
-                    "size": len(layer)}],
-        "annotations": dict(sorted(l.split("=", 1) for l in a.label)) or None,
-    }
-    if manifest["annotations"] is None:
-        del manifest["annotations"]
-    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-    manifest_digest = write_blob(a.out, manifest_bytes)
-
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": manifest["mediaType"], "digest": manifest_digest,
-                       "size": len(manifest_bytes),
-                       "annotations": {"org.opencontainers.image.ref.name": a.tag}}],
-    }
-    with open(os.path.join(a.out, "index.json"), "w") as f:
-        json.dump(index, f, sort_keys=True, separators=(",", ":"))
-    with open(os.path.join(a.out, "oci-layout"), "w") as f:
-        json.dump({"imageLayoutVersion": "1.0.0"}, f)
-    # The last line: what a push of this layout keeps (skopeo copies OCI manifests byte for byte).
-    print(manifest_digest)
+    write_layout(a.out, a.tag, config_bytes, [("application/vnd.oci.image.layer.v1.tar+gzip", layer)])
     print(f"layer {len(layer)} bytes compressed, {len(tar)} bytes", file=sys.stderr)
 
 

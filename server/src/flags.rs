@@ -34,6 +34,10 @@ pub enum ValueError {
         "--image {0:?} is not a valid image reference (e.g. registry.example.com/team/sentry-tenants:v1.2.3)"
     )]
     Image(String),
+    #[error(
+        "--tag {0:?} is not an image name with an optional tag (e.g. registry.example.com/team/sentry-tenants:v1.2.3; lowercase, and no @digest: the digest is the image's own)"
+    )]
+    ImageTag(String),
     #[error("--replicas {0} is out of range (1 to 10)")]
     Replicas(u8),
     #[error("--clickhouse-url {0:?} must be an http:// or https:// URL without spaces or quotes")]
@@ -80,6 +84,17 @@ impl ValueError {
     }
     pub fn check_image(s: &str) -> Result<(), Self> {
         Self::check(is_image_reference(s), || Self::Image(s.to_owned()))
+    }
+
+    /// A name an image is given (exported, pushed): a reference without a digest, its repository in
+    /// lowercase as registries require.
+    pub fn check_image_tag(s: &str) -> Result<(), Self> {
+        let name_end = s.rfind(':').filter(|colon| !s[*colon..].contains('/'));
+        let repository = &s[..name_end.unwrap_or(s.len())];
+        let ok = is_image_reference(s)
+            && !s.contains('@')
+            && !repository.chars().any(|c| c.is_ascii_uppercase());
+        Self::check(ok, || Self::ImageTag(s.to_owned()))
     }
     pub fn check_clickhouse_url(s: &str) -> Result<(), Self> {
         Self::check(is_http_url(s), || Self::ClickHouseUrl(s.to_owned()))?;

@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod flags;
+pub mod image;
 pub mod install;
 pub mod labels;
 pub mod leader;

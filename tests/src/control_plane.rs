@@ -523,6 +523,24 @@ impl ControlPlane {
         format!("10.245.{}.1", x.trim())
     }
 
+    /// Runs containerd's `ctr` against the node's containerd, in the CRI's namespace (`k8s.io`, the
+    /// images the kubelet runs); its stdout.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let x = std::fs::read_to_string(self.dir.join("subnet")).expect("the cluster's subnet");
+        let socket = format!("/run/sentry-tenants/st{}/containerd.sock", x.trim());
+        let out = Command::new(self.bin("ctr"))
+            .args(["--address", &socket, "--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The operator image of this checkout in the cluster's registry, by digest (`scripts/image.sh`,
     /// which `scripts/cluster.sh up` runs; run it again after rebuilding the binary).
     pub fn image(&self) -> String {

@@ -47,6 +47,10 @@ pub enum Command {
     Dashboard(commands::DashboardArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
+    /// The operator image, made from this binary: export it as an archive for clusters that cannot
+    /// pull it.
+    #[command(subcommand)]
+    Image(crate::image::ImageCommand),
     /// Print this CLI's version and the installed operator's (`--client` for the CLI's only).
     Version(commands::VersionArgs),
     /// Print a shell completion script: `source <(sentry-tenants completion bash)`.
@@ -78,6 +82,7 @@ pub fn main() -> std::process::ExitCode {
             print!("{}", crate::crd::crds_yaml());
             Ok(())
         }
+        Command::Image(command) => crate::image::run(command),
         Command::Completion { shell } => {
             print!("{}", completion_script(shell));
             Ok(())

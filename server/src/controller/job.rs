@@ -91,6 +91,8 @@ fn pod_spec(run: &RunJob, config: &OperatorConfig) -> PodSpec {
         containers: vec![Container {
             name: "provision".into(),
             image: Some(config.image.clone()),
+            // As the operator's Deployment: an image loaded onto the node is used as it is.
+            image_pull_policy: Some("IfNotPresent".into()),
             args: Some(vec!["provision-tenant".into()]),
             env: Some(job_env(run, config)),
             security_context: Some(restricted_container_security_context()),

@@ -618,6 +618,24 @@ pub(crate) mod tests {
             ValueError::Image,
         );
         accepts_and_refuses(
+            ValueError::check_image_tag,
+            &[
+                "sentry-tenants",
+                "registry.local:5000/team/st",
+                "registry.local:5000/team/st:v1.2.3",
+                "ghcr.io/sentry-tenants/sentry-tenants:V1_Upper-ok",
+            ],
+            &[
+                "",
+                "registry.local:5000/team/st@sha256:abcd",
+                "registry.local:5000/Team/st:v1",
+                "Sentry-Tenants",
+                "a:",
+                "a b",
+            ],
+            ValueError::ImageTag,
+        );
+        accepts_and_refuses(
             ValueError::check_clickhouse_url,
             &[
                 "http://x",

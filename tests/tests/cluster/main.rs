@@ -10,6 +10,7 @@
 
 mod api_rules;
 mod drill;
+mod image;
 mod install;
 mod leader;
 mod limits;

@@ -1,0 +1,195 @@
+//! `sentry-tenants image export` on the real node: the archive it writes is imported by containerd's
+//! own `ctr`, and the operator and its provisioning Jobs run from it under a name no registry serves —
+//! the air-gapped install. And the image's root filesystem runs the binary with nothing from the host.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use sentry_tenants::crd::TenantPhase;
+use sentry_tenants::install::Values;
+use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
+use sentry_tenants_tests::control_plane::{control_plane, wait_until};
+
+use crate::provision::{tenant_in_phase, tenant_with};
+use crate::setup;
+
+const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
+
+/// A directory of the test's own under cargo's scratch directory (target/tmp), emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("image")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The project binary without its debug sections (as `scripts/image.sh` exports it), in `dir`.
+fn stripped_binary(plane_binary: &Path, dir: &Path) -> PathBuf {
+    let binary = dir.join("sentry-tenants");
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(plane_binary)
+        .arg(&binary));
+    binary
+}
+
+/// `image export -o FILE --tag TAG`; the digest it prints.
+fn export(binary: &Path, file: &Path, tag: &str) -> String {
+    let out = run(Command::new(binary)
+        .args(["image", "export", "-o"])
+        .arg(file)
+        .args(["--tag", tag]));
+    out.trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_image_imported_with_ctr_runs_the_operator_and_its_jobs_under_a_name_no_registry_serves()
+ {
+    let s = setup("image-airgap").await;
+    let dir = scratch(&s.ns);
+    let binary = stripped_binary(&s.plane.project_binary(), &dir);
+    // `.invalid` resolves nowhere (RFC 2606): the kubelet can only run what the node already has.
+    let tag = format!("airgap.invalid/sentry-tenants:{}", s.ns);
+    let archive = dir.join("sentry-tenants.tar");
+    let digest = export(&binary, &archive, &tag);
+
+    s.plane
+        .ctr(&["images", "import", archive.to_str().unwrap()]);
+    let listed = s.plane.ctr(&["images", "list", &format!("name=={tag}")]);
+    assert!(
+        listed.contains(&digest),
+        "imported as exported, {digest}: {listed}"
+    );
+
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
+    let values = Values {
+        image: tag.clone(),
+        clickhouse_url: ch.url.clone(),
+        ..s.values()
+    };
+    s.install_with(ADMIN, values).await;
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let operator = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+        .await
+        .unwrap();
+    let container = &operator.items[0].spec.as_ref().unwrap().containers[0];
+    assert_eq!(container.image.as_deref(), Some(tag.as_str()));
+    assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+
+    // The provisioning Job runs the same imported image: its pod is seen while it exists, and the
+    // tenant's Active says it ran to success.
+    s.apply(&tenant_with("acme", false, "Automatic"));
+    let of_run = ListParams::default()
+        .labels("app.kubernetes.io/component=provisioner,sentry.io/tenant=acme");
+    let job_pod = wait_until("the provisioning Job's pod", async || {
+        pods.list(&of_run).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    let job_container = &job_pod.spec.as_ref().unwrap().containers[0];
+    assert_eq!(job_container.image.as_deref(), Some(tag.as_str()));
+    assert_eq!(
+        job_container.image_pull_policy.as_deref(),
+        Some("IfNotPresent")
+    );
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    s.assert_no_forbidden();
+    s.plane.ctr(&["images", "rm", &tag]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_exports_of_one_binary_have_one_digest_and_skopeo_reads_the_dockerfiles_declarations() {
+    let s = setup("image-export").await;
+    let dir = scratch(&s.ns);
+    let binary = stripped_binary(&s.plane.project_binary(), &dir);
+    let first = export(
+        &binary,
+        &dir.join("a.tar"),
+        "example.com/a/sentry-tenants:one",
+    );
+    let second = export(
+        &binary,
+        &dir.join("b.tar"),
+        "example.com/b/sentry-tenants:two",
+    );
+    assert!(first.starts_with("sha256:") && first.len() == 71, "{first}");
+    assert_eq!(first, second, "the tag is the archive's, not the image's");
+
+    let inspect = |what: &str| -> serde_json::Value {
+        let archive = format!("oci-archive:{}", dir.join("a.tar").display());
+        let out = run(Command::new("skopeo").args(["inspect", what, &archive]));
+        serde_json::from_str(&out).unwrap()
+    };
+    let config = inspect("--config");
+    assert_eq!(config["config"]["User"], "65532:65532");
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(["/usr/local/bin/sentry-tenants"])
+    );
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.source"],
+        "https://github.com/sentry-tenants/sentry-tenants"
+    );
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_images_root_filesystem_runs_the_binary_with_nothing_from_the_host() {
+    let dir = scratch("rootfs");
+    let binary = stripped_binary(&control_plane().project_binary(), &dir);
+    let archive = dir.join("image.tar");
+    export(&binary, &archive, "example.com/sentry-tenants:rootfs");
+    let layout = dir.join("layout");
+    std::fs::create_dir_all(&layout).unwrap();
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&layout));
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let blob = |digest: &str| layout.join("blobs").join(digest.replace(':', "/"));
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(blob(index["manifests"][0]["digest"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs).unwrap();
+    for layer in manifest["layers"].as_array().unwrap() {
+        let layer = blob(layer["digest"].as_str().unwrap());
+        run(Command::new("tar")
+            .arg("-xzf")
+            .arg(&layer)
+            .arg("-C")
+            .arg(&rootfs));
+    }
+    // chroot: the image's files are all the process sees, as the user the image names.
+    let version = run(Command::new("chroot")
+        .args(["--userspec=65532:65532"])
+        .arg(&rootfs)
+        .args(["/usr/local/bin/sentry-tenants", "version", "--client"]));
+    assert_eq!(version, format!("client: {}\n", env!("CARGO_PKG_VERSION")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
