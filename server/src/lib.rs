@@ -20,6 +20,7 @@ pub mod operator;
 pub mod provision;
 pub mod signals;
 pub mod telemetry;
+pub mod tls;
 /// Percent-encoding, shared by the dashboard's links, its redirects and the ClickHouse client.
 pub use sentry_tenants_app::text;
 pub mod web;

@@ -203,6 +203,34 @@ fn the_layers_point_down() {
             "config",
             &["controller", "install", "web", "cli", "operator"],
         ),
+        // The image is made from the binary alone: nothing of the cluster's or the operator's.
+        (
+            "image",
+            &[
+                "controller",
+                "install",
+                "web",
+                "cli",
+                "operator",
+                "provision",
+                "config",
+                "cluster",
+            ],
+        ),
+        (
+            "tls",
+            &[
+                "controller",
+                "install",
+                "web",
+                "cli",
+                "operator",
+                "provision",
+                "config",
+                "image",
+                "cluster",
+            ],
+        ),
     ];
     let e = edges();
     let mut wrong = Vec::new();

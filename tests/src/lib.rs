@@ -33,6 +33,7 @@ pub mod control_plane;
 pub mod fleet;
 pub mod node;
 pub mod processes;
+pub mod registry;
 pub mod rehearsal;
 pub mod tls;
 

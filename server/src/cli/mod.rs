@@ -47,8 +47,8 @@ pub enum Command {
     Dashboard(commands::DashboardArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
-    /// The operator image, made from this binary: export it as an archive for clusters that cannot
-    /// pull it.
+    /// The operator image, made from this binary: export it as an archive, or push it to a registry,
+    /// for clusters that cannot pull the published one.
     #[command(subcommand)]
     Image(crate::image::ImageCommand),
     /// Print this CLI's version and the installed operator's (`--client` for the CLI's only).
@@ -82,7 +82,7 @@ pub fn main() -> std::process::ExitCode {
             print!("{}", crate::crd::crds_yaml());
             Ok(())
         }
-        Command::Image(command) => crate::image::run(command),
+        Command::Image(command) => runtime().block_on(crate::image::run(command)),
         Command::Completion { shell } => {
             print!("{}", completion_script(shell));
             Ok(())

@@ -1,8 +1,11 @@
 //! The operator's image, made from the running binary: `sentry-tenants image export` writes it as an
-//! image archive, so a cluster that cannot pull the published image — air-gapped, or with only its own
-//! registry — still runs the operator, with no Docker and no build. Same binary, same digest.
+//! image archive and `image push` sends it to a registry, so a cluster that cannot pull the published
+//! image — air-gapped, or with only its own registry — still runs the operator, with no Docker and no
+//! build. Same binary, same digest.
 
 pub mod archive;
+pub mod credentials;
+pub mod registry;
 pub mod rootfs;
 
 use std::io::Write;
@@ -15,6 +18,36 @@ pub enum ImageCommand {
     /// Write the operator image, made from this binary, as an OCI image archive:
     /// `ctr -n k8s.io images import FILE`, `kind load image-archive FILE`, `podman load -i FILE`.
     Export(ExportArgs),
+    /// Push the operator image, made from this binary, to a registry; prints it by digest.
+    Push(PushArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PushArgs {
+    /// Where to push: `registry[:port]/repository[:tag]` (the tag defaults to this binary's version).
+    #[arg(value_name = "REPOSITORY[:TAG]")]
+    pub reference: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// How to reach and log in to a registry (`image push`, `install --push-image`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RegistryArgs {
+    /// The registry user; the password is read from stdin (`--password-stdin`). Without it, the
+    /// credentials `docker login`/`podman login` stored (REGISTRY_AUTH_FILE, ~/.docker/config.json).
+    #[arg(long, requires = "password_stdin")]
+    pub username: Option<String>,
+    /// Read the password from stdin's first line.
+    #[arg(long, requires = "username")]
+    pub password_stdin: bool,
+    /// Verify the registry's TLS certificate against this PEM bundle only (a private CA) instead of
+    /// the system's roots.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
+    /// Speak plain HTTP to the registry (a local one without TLS).
+    #[arg(long)]
+    pub plain_http: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -40,12 +73,77 @@ pub enum ImageError {
     NotElf64,
     #[error("writing the archive: {0}")]
     Write(#[from] std::io::Error),
+    #[error(
+        "{0:?} is not where to push: registry[:port]/repository[:tag], the registry first (docker.io/team/sentry-tenants for Docker Hub), lowercase, no @digest"
+    )]
+    Reference(String),
+    #[error("{0}: {1}")]
+    AuthFile(PathBuf, String),
+    #[error(
+        "{0} keeps the credentials for {1} in a credential helper (docker-credential-{2}), which image push does not run: give --username and --password-stdin"
+    )]
+    CredentialHelper(PathBuf, String, String),
+    #[error("--password-stdin read an empty password")]
+    EmptyPassword,
+    #[error("--registry-ca {0}: {1}")]
+    RegistryCa(PathBuf, String),
+    #[error("{0} (or give the registry's CA with --registry-ca)")]
+    SystemRoots(String),
+    #[error(transparent)]
+    Push(#[from] registry::PushError),
 }
 
-pub fn run(command: ImageCommand) -> anyhow::Result<()> {
+/// The largest answer a registry gives us that is read (errors, tokens): anything larger is not
+/// an answer to our requests.
+pub const MAX_ANSWER: usize = 1 << 20;
+
+pub async fn run(command: ImageCommand) -> anyhow::Result<()> {
     match command {
         ImageCommand::Export(args) => export(&args),
+        ImageCommand::Push(args) => {
+            let reference = registry::Reference::parse(&args.reference)?;
+            let pushed = push(&reference, &args.registry).await?;
+            println!("{pushed}");
+            Ok(())
+        }
     }
+}
+
+/// Pushes the image of this binary to `reference`; the image by digest.
+pub async fn push(
+    reference: &registry::Reference,
+    args: &RegistryArgs,
+) -> Result<String, ImageError> {
+    let credentials = match &args.username {
+        Some(username) => Some(registry::Credentials {
+            username: username.clone(),
+            password: credentials::password_from(std::io::stdin().lock())?,
+        }),
+        None => {
+            let files = credentials::auth_files(|k| std::env::var(k).ok());
+            credentials::from_auth_files(&files, &reference.registry)?
+        }
+    };
+    let connector = match &args.registry_ca {
+        Some(file) => {
+            let pem = std::fs::read(file).map_err(|e| ImageError::Read(file.clone(), e))?;
+            crate::tls::with_ca_bundle(&pem).map_err(|e| ImageError::RegistryCa(file.clone(), e))?
+        }
+        None => crate::tls::with_system_roots()
+            .map_err(|e| ImageError::RegistryCa("(system)".into(), e))?,
+    };
+    // Log in before building: a wrong password is known in a second, not after the image is made.
+    let registry =
+        registry::Registry::connect(reference, connector, args.plain_http, credentials.as_ref())
+            .await?;
+    let image = of_this_binary()?;
+    let digest = registry.push(&image).await?;
+    let size = image.layer.bytes.len() as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "image push: {}/{}:{} ({digest}, {size:.1} MiB compressed)",
+        reference.registry, reference.repository, reference.tag
+    );
+    Ok(reference.by_digest(&digest))
 }
 
 /// The image of the running binary.

@@ -152,7 +152,7 @@ pub async fn ca_configmap_line(client: &Client, namespace: &str, name: &str) -> 
     match maps.get_opt(name).await {
         Ok(Some(map)) => {
             let pem = map.data.as_ref().and_then(|d| d.get(key));
-            match pem.map(|p| crate::provision::clickhouse::pem_certificates(p.as_bytes())) {
+            match pem.map(|p| crate::tls::pem_certificates(p.as_bytes())) {
                 Some(Ok(n)) => CheckLine::pass(format!("{what} has {n} certificate(s) in {key}")),
                 Some(Err(e)) => CheckLine::fail(format!("{what}: {key} is unusable: {e}"), create),
                 None => CheckLine::fail(format!("{what} has no key {key}"), create),

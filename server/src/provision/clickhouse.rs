@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 /// How a query reaches ClickHouse: what the provisioner needs, and a seam tests can fill.
@@ -66,30 +65,12 @@ pub enum Auth {
     Query,
 }
 
-/// The certificates of a PEM bundle; an error for a bundle with none or with a malformed one.
-fn certificates(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not PEM: {e}"))?;
-    if certs.is_empty() {
-        return Err("no CERTIFICATE block in it".to_owned());
-    }
-    Ok(certs)
-}
-
-/// How many certificates a PEM bundle holds, or why it is unusable (for the installer's check).
-pub fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
-    certificates(pem).map(|c| c.len())
-}
-
 /// The largest answer any statement of ours can get (a version string, a count, nothing): a larger
 /// one is not ClickHouse answering us, and is not read.
 pub const MAX_ANSWER: usize = 1 << 20;
 
 pub struct HttpClickHouse {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<crate::tls::Connector, Full<Bytes>>,
     url: String,
     user: String,
     password: String,
@@ -107,13 +88,7 @@ pub const DISTRIBUTED_DDL_TIMEOUT: Duration = Duration::from_secs(120);
 impl HttpClickHouse {
     /// `https://` URLs verified against the system's roots.
     pub fn new(url: &str, user: &str, password: &str, auth: Auth) -> Result<Self, ChError> {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            // Explicit provider: with more than one rustls backend in a build, the default is ambiguous.
-            .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| ChError::Unreachable(format!("cannot load the system's TLS roots: {e}")))?
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let https = crate::tls::with_system_roots().map_err(ChError::Unreachable)?;
         Ok(Self::with_connector(https, url, user, password, auth))
     }
 
@@ -126,28 +101,12 @@ impl HttpClickHouse {
         auth: Auth,
         ca_pem: &[u8],
     ) -> Result<Self, ChError> {
-        let bad = |e: String| ChError::Unreachable(format!("the CA bundle is unusable: {e}"));
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in certificates(ca_pem).map_err(bad)? {
-            roots.add(cert).map_err(|e| bad(e.to_string()))?;
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let https = crate::tls::with_ca_bundle(ca_pem).map_err(ChError::Unreachable)?;
         Ok(Self::with_connector(https, url, user, password, auth))
     }
 
     fn with_connector(
-        https: hyper_rustls::HttpsConnector<HttpConnector>,
+        https: crate::tls::Connector,
         url: &str,
         user: &str,
         password: &str,

@@ -11,6 +11,7 @@ mod dashboard_http;
 mod e2e_clickhouse;
 mod fault_drills;
 mod harness_clock;
+mod image_push;
 mod input_sweep;
 mod install_bundle;
 mod installer;
