@@ -51,6 +51,10 @@ pub enum ValueError {
     )]
     Secret(String),
     #[error(
+        "--image-pull-secret {0:?} is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)"
+    )]
+    ImagePullSecret(String),
+    #[error(
         "--provisioner-service-account {0:?} is not a valid ServiceAccount name (lowercase letters, digits, '-' and '.', at most 253 characters)"
     )]
     ServiceAccount(String),
@@ -102,6 +106,10 @@ impl ValueError {
     }
     pub fn check_secret(s: &str) -> Result<(), Self> {
         Self::check(is_dns_subdomain(s), || Self::Secret(s.to_owned()))
+    }
+
+    pub fn check_image_pull_secret(s: &str) -> Result<(), Self> {
+        Self::check(is_dns_subdomain(s), || Self::ImagePullSecret(s.to_owned()))
     }
     pub fn check_service_account(s: &str) -> Result<(), Self> {
         Self::check(is_dns_subdomain(s), || Self::ServiceAccount(s.to_owned()))

@@ -235,6 +235,12 @@ fn every_commands_help_documents_its_options() {
                 "--wait",
                 "--timeout",
                 "--force-conflicts",
+                "--push-image",
+                "--registry-username",
+                "--registry-password-stdin",
+                "--registry-ca",
+                "--plain-http",
+                "--image-pull-secret",
                 "the only ClusterRoles sentry-tenants ever creates",
                 "The safe choice on a shared cluster",
             ],
@@ -262,6 +268,19 @@ fn every_commands_help_documents_its_options() {
         ),
         (&["completion", "--help"], &["bash", "zsh", "fish"]),
         (&["crd", "--help"], &[]),
+        (
+            &["image", "export", "--help"],
+            &["--output", "--tag", "ctr -n k8s.io images import"],
+        ),
+        (
+            &["image", "push", "--help"],
+            &[
+                "--username",
+                "--password-stdin",
+                "--registry-ca",
+                "--plain-http",
+            ],
+        ),
         (
             &["run", "--help"],
             &[
@@ -1024,4 +1043,90 @@ current-context: c
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert_eq!(stderr_lines(&out), [expected], "{args:?}");
     }
+}
+
+#[test]
+fn install_push_image_dry_run_pins_the_digest_image_export_gives_without_pushing() {
+    let dir = std::env::temp_dir().join(format!("st-cli-push-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let export = bin()
+        .args(["image", "export", "-o"])
+        .arg(dir.join("image.tar"))
+        .output()
+        .unwrap();
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let digest = String::from_utf8(export.stdout).unwrap().trim().to_owned();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+
+    // The registry does not exist: a dry run never reaches for it.
+    let out = bin()
+        .args([
+            "install",
+            "--push-image",
+            "registry.invalid/team/sentry-tenants:v9",
+        ])
+        .args(["--dry-run", "-o", "yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    let pinned = format!("registry.invalid/team/sentry-tenants@{digest}");
+    let images: Vec<&str> = yaml
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .chain(
+            yaml.lines()
+                .filter_map(|l| l.trim().strip_prefix("SENTRY_TENANTS_IMAGE: ")),
+        )
+        .collect();
+    assert_eq!(
+        images.len(),
+        2,
+        "the Deployment's and the Jobs' (ConfigMap): {yaml}"
+    );
+    for image in images {
+        assert_eq!(image.trim_matches(['"', '\'']), pinned);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn push_image_refuses_a_repository_without_its_registry_and_a_second_image() {
+    let out = bin()
+        .args(["image", "push", "team/sentry-tenants"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "error: \"team/sentry-tenants\" is not where to push: registry[:port]/repository[:tag], the registry first (docker.io/team/sentry-tenants for Docker Hub), lowercase, no @digest\n"
+    );
+    let out = bin()
+        .args([
+            "install",
+            "--push-image",
+            "r.example.com/st",
+            "--image",
+            "r.example.com/st:v1",
+        ])
+        .args(["--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap refuses both");
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("cannot be used with")
+    );
 }

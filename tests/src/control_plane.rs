@@ -523,6 +523,22 @@ impl ControlPlane {
         format!("10.245.{}.1", x.trim())
     }
 
+    /// Tells the node's containerd to pull from `registry` (`host:port`) over TLS verified by the CA
+    /// in `ca` — what a cluster's admin does for a private registry (containerd reads its hosts
+    /// directory on every pull).
+    pub fn trust_registry(&self, registry: &str, ca: &Path) {
+        let hosts = self.dir.join("containerd/certs.d").join(registry);
+        std::fs::create_dir_all(&hosts).unwrap();
+        std::fs::write(
+            hosts.join("hosts.toml"),
+            format!(
+                "server = \"https://{registry}\"\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{}\"\n",
+                ca.display()
+            ),
+        )
+        .unwrap();
+    }
+
     /// Runs containerd's `ctr` against the node's containerd, in the CRI's namespace (`k8s.io`, the
     /// images the kubelet runs); its stdout.
     pub fn ctr(&self, args: &[&str]) -> String {

@@ -140,6 +140,7 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         aggregate_to_view_edit: false,
         network_policy: false,
         metrics_from_namespaces: Vec::new(),
+        image_pull_secret: None,
         version: env!("CARGO_PKG_VERSION").into(),
     }
     .validate()

@@ -1,6 +1,6 @@
 //! A real image registry for the push tests: Debian's docker-registry (the CNCF distribution, the
 //! same v2 API as Harbor, GHCR or ECR speak), serving TLS with a certificate from a private CA made
-//! here and asking for basic auth against an htpasswd file, on 127.0.0.1.
+//! here and asking for basic auth against an htpasswd file.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,18 +20,18 @@ pub struct TestRegistry {
 }
 
 impl TestRegistry {
-    /// Starts a registry whose only account is `username`/`password`, in a fresh `dir`; returns once
-    /// it answers.
-    pub async fn start(dir: &Path, username: &str, password: &str) -> Self {
+    /// Starts a registry on `ip` whose only account is `username`/`password`, in a fresh `dir`;
+    /// returns once it listens.
+    pub async fn start(dir: &Path, ip: &str, username: &str, password: &str) -> Self {
         let _ = std::fs::remove_dir_all(dir);
         let cert_dir = dir.join("certs");
         std::fs::create_dir_all(&cert_dir).unwrap();
         crate::tls::make_ca(dir, "ca");
-        crate::tls::make_server_cert(dir, "ca", "registry", "127.0.0.1");
+        crate::tls::make_server_cert(dir, "ca", "registry", ip);
         std::fs::copy(dir.join("ca.crt"), cert_dir.join("ca.crt")).unwrap();
         let hash = bcrypt::hash(password, 4).expect("bcrypt");
         std::fs::write(dir.join("htpasswd"), format!("{username}:{hash}\n")).unwrap();
-        let address = format!("127.0.0.1:{}", crate::free_port());
+        let address = format!("{ip}:{}", crate::free_port());
         let config = dir.join("registry.yaml");
         std::fs::write(
             &config,

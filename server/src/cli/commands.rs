@@ -24,6 +24,16 @@ pub struct InstallArgs {
     /// Operator image (also the provisioning Jobs' image).
     #[arg(long, default_value = crate::DEFAULT_IMAGE)]
     pub image: String,
+    /// Push this binary's image to REPOSITORY[:TAG] first (as `image push`), then install it pinned
+    /// to the pushed digest: one command for a cluster that pulls only from its own registry.
+    #[arg(long, value_name = "REPOSITORY[:TAG]", conflicts_with = "image")]
+    pub push_image: Option<String>,
+    #[command(flatten)]
+    pub registry: crate::image::RegistryArgs,
+    /// A `docker-registry` Secret in the namespace that the operator's and the Jobs' pods pull the
+    /// image with (put on their ServiceAccounts), for a registry that wants credentials.
+    #[arg(long, value_name = "SECRET")]
+    pub image_pull_secret: Option<String>,
     /// Operator replicas; one leads, all serve the dashboard.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=10))]
     pub replicas: u8,
@@ -111,7 +121,11 @@ impl InstallArgs {
     pub fn values(&self) -> anyhow::Result<Values> {
         Ok(Values {
             namespace: self.namespace.clone(),
-            image: self.image.clone(),
+            // Validated as a reference now; pinned to the pushed digest before anything is applied.
+            image: self
+                .push_image
+                .clone()
+                .unwrap_or_else(|| self.image.clone()),
             replicas: self.replicas,
             clickhouse_url: self.clickhouse_url.clone(),
             clickhouse_admin_secret: self.clickhouse_admin_secret.clone(),
@@ -125,9 +139,18 @@ impl InstallArgs {
             aggregate_to_view_edit: self.aggregate_to_view_edit,
             network_policy: self.network_policy,
             metrics_from_namespaces: self.metrics_from_namespaces.clone(),
+            image_pull_secret: self.image_pull_secret.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
         .validate()?)
+    }
+}
+
+/// A failed pre-install check as the error that stops `install`, with its hint.
+fn passed(line: check::CheckLine) -> anyhow::Result<()> {
+    match &line.hint {
+        Some(hint) => anyhow::bail!("{}: {hint}", line.what),
+        None => Ok(()),
     }
 }
 
@@ -143,34 +166,50 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
-    let values = args.values()?;
+    let mut values = args.values()?;
+    let push_to = args
+        .push_image
+        .as_deref()
+        .map(crate::image::registry::Reference::parse)
+        .transpose()?;
     if args.dry_run || args.output.is_some() {
         if args.clickhouse_admin_password_stdin {
             anyhow::bail!(
                 "--clickhouse-admin-password-stdin cannot be used with --dry-run: a printed bundle must not carry a password; create the Secret with your secrets tooling"
             );
         }
+        // The digest the push would give, known without pushing: the image is this binary's.
+        if let Some(reference) = &push_to {
+            values.image = reference.by_digest(&crate::image::of_this_binary()?.digest());
+        }
         print!("{}", values.render_yaml());
         return Ok(());
+    }
+    if args.clickhouse_admin_password_stdin && args.registry.password_stdin {
+        anyhow::bail!(
+            "--clickhouse-admin-password-stdin and --registry-password-stdin both read standard input: create the ClickHouse admin Secret first, or log in to the registry (docker login) and drop --registry-password-stdin"
+        );
     }
     let clickhouse_admin = match args.clickhouse_admin_password_stdin {
         true => Some(admin_from_stdin(&args.clickhouse_admin_user)?),
         false => None,
     };
     let client = crate::cluster::connect().await?;
+    let ns = &values.namespace;
     if clickhouse_admin.is_none() {
-        let line =
-            check::admin_secret_line(&client, &values.namespace, &values.clickhouse_admin_secret)
-                .await;
-        if let Some(hint) = &line.hint {
-            anyhow::bail!("{}: {hint}", line.what);
-        }
+        passed(check::admin_secret_line(&client, ns, &values.clickhouse_admin_secret).await)?;
     }
     if let Some(ca) = &values.clickhouse_ca_configmap {
-        let line = check::ca_configmap_line(&client, &values.namespace, ca).await;
-        if let Some(hint) = &line.hint {
-            anyhow::bail!("{}: {hint}", line.what);
-        }
+        passed(check::ca_configmap_line(&client, ns, ca).await)?;
+    }
+    if let Some(secret) = &values.image_pull_secret {
+        passed(check::pull_secret_line(&client, ns, secret).await)?;
+    }
+    // Pushed once everything else is known to be in place, and before anything is applied: a
+    // refused login leaves the cluster as it was.
+    if let Some(reference) = &push_to {
+        values.image = crate::image::push(reference, &args.registry).await?;
+        eprintln!("Pushed {}", values.image);
     }
     let progress = Progress::for_stderr();
     let opts = InstallOptions {

@@ -36,10 +36,19 @@ pub struct PushArgs {
 pub struct RegistryArgs {
     /// The registry user; the password is read from stdin (`--password-stdin`). Without it, the
     /// credentials `docker login`/`podman login` stored (REGISTRY_AUTH_FILE, ~/.docker/config.json).
-    #[arg(long, requires = "password_stdin")]
+    #[arg(
+        long = "registry-username",
+        visible_alias = "username",
+        value_name = "USER",
+        requires = "password_stdin"
+    )]
     pub username: Option<String>,
-    /// Read the password from stdin's first line.
-    #[arg(long, requires = "username")]
+    /// Read the registry password from stdin's first line.
+    #[arg(
+        long = "registry-password-stdin",
+        visible_alias = "password-stdin",
+        requires = "username"
+    )]
     pub password_stdin: bool,
     /// Verify the registry's TLS certificate against this PEM bundle only (a private CA) instead of
     /// the system's roots.

@@ -38,6 +38,9 @@ pub struct Values {
     pub network_policy: bool,
     /// Namespaces whose pods may reach the probe port (metrics); empty: any pod may.
     pub metrics_from_namespaces: Vec<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret the operator's and the Jobs' pods pull the image
+    /// with (`--image-pull-secret`), through their ServiceAccounts.
+    pub image_pull_secret: Option<String>,
     pub version: String,
 }
 
@@ -64,6 +67,9 @@ impl Values {
         ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
         for ns in &self.metrics_from_namespaces {
             ValueError::check_metrics_namespace(ns)?;
+        }
+        if let Some(secret) = &self.image_pull_secret {
+            ValueError::check_image_pull_secret(secret)?;
         }
         debug_assert!(DNS_LABEL_PATTERN.starts_with('^'));
         Ok(self)
@@ -298,6 +304,7 @@ pub(crate) mod tests {
             aggregate_to_view_edit: false,
             network_policy: false,
             metrics_from_namespaces: Vec::new(),
+            image_pull_secret: None,
             version: env!("CARGO_PKG_VERSION").into(),
         }
     }

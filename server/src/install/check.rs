@@ -139,6 +139,35 @@ pub async fn admin_secret_line(client: &Client, namespace: &str, name: &str) -> 
     }
 }
 
+/// The Secret of `--image-pull-secret`: present, and of the type the kubelet reads pull credentials
+/// from.
+pub async fn pull_secret_line(client: &Client, namespace: &str, name: &str) -> CheckLine {
+    const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
+    let what = format!("image pull Secret {namespace}/{name}");
+    let create = format!(
+        "create it: kubectl -n {namespace} create secret docker-registry {name} --docker-server=<registry> \
+         --docker-username=<user> --docker-password=<password> (an account that may pull, not push)"
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match secrets.get_opt(name).await {
+        Ok(Some(secret)) if secret.type_.as_deref() == Some(DOCKER_CONFIG_JSON) => {
+            CheckLine::pass(format!("{what} is a {DOCKER_CONFIG_JSON} Secret"))
+        }
+        Ok(Some(secret)) => CheckLine::fail(
+            format!(
+                "{what} is of type {}, not {DOCKER_CONFIG_JSON}",
+                secret.type_.as_deref().unwrap_or("Opaque")
+            ),
+            create,
+        ),
+        Ok(None) => CheckLine::fail(format!("{what} does not exist"), create),
+        Err(e) => CheckLine::fail(
+            crate::cluster::describe(&format!("get Secret {namespace}/{name}"), &e),
+            UNREACHABLE_HINT,
+        ),
+    }
+}
+
 /// The CA ConfigMap of `--clickhouse-ca-configmap`: present, with a `ca.crt` holding at least one
 /// PEM certificate (what the provisioner will trust).
 pub async fn ca_configmap_line(client: &Client, namespace: &str, name: &str) -> CheckLine {

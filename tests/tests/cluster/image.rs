@@ -1,19 +1,23 @@
 //! `sentry-tenants image export` on the real node: the archive it writes is imported by containerd's
 //! own `ctr`, and the operator and its provisioning Jobs run from it under a name no registry serves —
-//! the air-gapped install. And the image's root filesystem runs the binary with nothing from the host.
+//! the air-gapped install. `install --push-image` pushes it to a registry that wants a password over
+//! TLS from a private CA and rolls out pinned to its digest. And the image's root filesystem runs the
+//! binary with nothing from the host.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use sentry_tenants::crd::TenantPhase;
 use sentry_tenants::install::Values;
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{control_plane, wait_until};
+use sentry_tenants_tests::registry::TestRegistry;
 
 use crate::provision::{tenant_in_phase, tenant_with};
-use crate::setup;
+use crate::{Setup, setup};
 
 const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
 
@@ -191,5 +195,128 @@ fn the_images_root_filesystem_runs_the_binary_with_nothing_from_the_host() {
         .arg(&rootfs)
         .args(["/usr/local/bin/sentry-tenants", "version", "--client"]));
     assert_eq!(version, format!("client: {}\n", env!("CARGO_PKG_VERSION")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `sentry-tenants install` as a person runs it, with `password` on stdin; (exit code, stderr).
+fn install_cli(s: &Setup, binary: &Path, args: &[&str], password: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let mut child = Command::new(binary)
+        .arg("--kubeconfig")
+        .arg(&s.plane.kubeconfig)
+        .args(["install", "-n", &s.ns, "--timeout", "5m"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_push_image_to_a_registry_with_basic_auth_and_a_private_ca_rolls_out_by_digest() {
+    let s = setup("image-push").await;
+    let dir = scratch(&s.ns);
+    let registry = TestRegistry::start(
+        &dir.join("registry"),
+        &s.plane.host_address(),
+        "pusher",
+        "correct horse",
+    )
+    .await;
+    s.plane.trust_registry(&registry.address, &registry.ca);
+    let binary = stripped_binary(&s.plane.project_binary(), &dir);
+    s.create_admin_secret(ADMIN).await;
+    let (ok, _, err) = s.plane.kubectl(
+        &[
+            "-n",
+            &s.ns,
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            &format!("--docker-server={}", registry.address),
+            "--docker-username=pusher",
+            "--docker-password=correct horse",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let repository = format!("{}/team/sentry-tenants", registry.address);
+    let ca = registry.ca.to_str().unwrap();
+    let args = [
+        "--push-image",
+        &repository,
+        "--registry-username",
+        "pusher",
+        "--registry-password-stdin",
+        "--registry-ca",
+        ca,
+        "--image-pull-secret",
+        "regcred",
+    ];
+
+    // A wrong password: one line that says so, and nothing applied.
+    let (code, stderr) = install_cli(&s, &binary, &args, "battery staple");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "error: the registry {} refused the credentials of \"pusher\" (401 Unauthorized)\n",
+            registry.address
+        )
+    );
+    let deployments: Api<Deployment> = Api::namespaced(s.admin.clone(), &s.ns);
+    assert!(
+        deployments
+            .get_opt("sentry-tenants")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The right one: pushed, pinned to the digest, pulled by the kubelet with the pull Secret.
+    let (code, stderr) = install_cli(&s, &binary, &args, "correct horse");
+    assert_eq!(code, Some(0), "{stderr}");
+    let pushed = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("Pushed "))
+        .unwrap_or_else(|| panic!("no Pushed line: {stderr}"))
+        .to_owned();
+    let digest = pushed
+        .strip_prefix(&format!("{repository}@"))
+        .unwrap_or_else(|| panic!("not {repository} by digest: {pushed}"));
+    assert_eq!(registry.manifest(&pushed).map(|m| m.is_empty()), Ok(false));
+    let deployment = deployments.get("sentry-tenants").await.unwrap();
+    let template = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        template.containers[0].image.as_deref(),
+        Some(pushed.as_str())
+    );
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let operator = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+        .await
+        .unwrap();
+    let pod = &operator.items[0];
+    let pull_secrets = pod.spec.as_ref().unwrap().image_pull_secrets.clone();
+    assert_eq!(
+        pull_secrets.unwrap_or_default()[0].name,
+        "regcred",
+        "the ServiceAccount's pull Secret is on the pod"
+    );
+    let status = &pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert!(status.ready, "{status:?}");
+    assert!(status.image_id.ends_with(digest), "{}", status.image_id);
+    s.assert_no_forbidden();
     let _ = std::fs::remove_dir_all(&dir);
 }

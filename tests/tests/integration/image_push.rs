@@ -36,7 +36,7 @@ async fn registry(name: &str) -> TestRegistry {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("registry")
         .join(name);
-    TestRegistry::start(&dir, "pusher", "correct horse").await
+    TestRegistry::start(&dir, "127.0.0.1", "pusher", "correct horse").await
 }
 
 fn with_ca(registry: &TestRegistry) -> sentry_tenants::tls::Connector {

@@ -37,6 +37,7 @@ fn values(read_only: bool) -> Values {
         aggregate_to_view_edit: false,
         network_policy: false,
         metrics_from_namespaces: Vec::new(),
+        image_pull_secret: None,
         version: "0.1.0".into(),
     }
     .validate()
@@ -438,5 +439,51 @@ fn metrics_from_namespaces_limit_the_probe_port_to_their_pods_and_are_validated(
     assert_eq!(
         refused.to_string(),
         "--metrics-from-namespace \"Monitoring\" is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)"
+    );
+}
+
+#[test]
+fn an_image_pull_secret_goes_on_both_service_accounts_and_only_when_asked_for() {
+    let pull_secrets = |v: &Values| -> Vec<(String, Value)> {
+        parse_documents(&v.render_yaml())
+            .unwrap()
+            .into_iter()
+            .filter(|d| d["kind"] == "ServiceAccount")
+            .map(|d| {
+                let name = d["metadata"]["name"].as_str().unwrap().to_owned();
+                (name, d["imagePullSecrets"].clone())
+            })
+            .collect()
+    };
+    let none = pull_secrets(&values(false));
+    assert_eq!(none.len(), 2);
+    assert!(none.iter().all(|(_, s)| s.is_null()), "{none:?}");
+
+    let with = Values {
+        image_pull_secret: Some("regcred".into()),
+        ..values(false)
+    }
+    .validate()
+    .unwrap();
+    assert_eq!(
+        pull_secrets(&with),
+        [
+            (
+                "sentry-tenants".to_owned(),
+                serde_json::json!([{"name": "regcred"}])
+            ),
+            (
+                "sentry-tenants-provisioner".to_owned(),
+                serde_json::json!([{"name": "regcred"}])
+            ),
+        ]
+    );
+    let bad = Values {
+        image_pull_secret: Some("Reg Cred".into()),
+        ..values(false)
+    };
+    assert_eq!(
+        bad.validate().unwrap_err().to_string(),
+        "--image-pull-secret \"Reg Cred\" is not a valid Secret name (lowercase letters, digits, '-' and '.', at most 253 characters)"
     );
 }
