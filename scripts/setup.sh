@@ -39,6 +39,8 @@ command -v npm >/dev/null || missing+=(npm)
 [ -x /usr/bin/skopeo ] || missing+=(skopeo)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v objcopy >/dev/null || missing+=(binutils)
+# actionlint runs it over the workflows' shell steps (scripts/lint-release.sh).
+command -v shellcheck >/dev/null || missing+=(shellcheck)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

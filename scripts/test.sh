@@ -22,6 +22,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --locked -p sentry-tenants-app --lib --target wasm32-unknown-unknown --features hydrate \
   --target-dir target/wasm -- -D warnings
 
+# The release pipeline runs only on a tag, never here: its workflows and krew manifest are linted instead.
+bash scripts/lint-release.sh
+
 # The real control plane tier's cluster: built from tests/cluster/go.mod on first use (cached under
 # target/k8s), started fresh for this run, stopped at the end. Failing to build or start it fails the run.
 export SENTRY_TENANTS_CLUSTER_DIR=target/cluster-test

@@ -279,6 +279,7 @@ fn every_commands_help_documents_its_options() {
                 "--password-stdin",
                 "--registry-ca",
                 "--plain-http",
+                "--index",
             ],
         ),
         (

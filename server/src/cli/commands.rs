@@ -208,7 +208,7 @@ pub async fn run_install(args: InstallArgs) -> anyhow::Result<()> {
     // Pushed once everything else is known to be in place, and before anything is applied: a
     // refused login leaves the cluster as it was.
     if let Some(reference) = &push_to {
-        values.image = crate::image::push(reference, &args.registry).await?;
+        values.image = crate::image::push(reference, &args.registry, false).await?;
         eprintln!("Pushed {}", values.image);
     }
     let progress = Progress::for_stderr();

@@ -14,7 +14,7 @@ use super::rootfs::{BINARY_PATH, Body, Tree, USER};
 pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 pub const LAYER_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 
 /// One content-addressed document of the image.
 pub struct Blob {
@@ -53,8 +53,13 @@ pub struct Image {
 
 impl Image {
     /// The image of `tree`: the Dockerfile's declarations (user, entrypoint, command, ports, labels)
-    /// on the layer made from it, for this machine's architecture.
+    /// on the layer made from it, for the architecture this binary was built for.
     pub fn build(tree: &Tree) -> Result<Self, ImageError> {
+        Self::build_for(tree, architecture())
+    }
+
+    /// [`Self::build`] for the OCI `architecture` (`amd64`, `arm64`): what its config says it runs on.
+    pub fn build_for(tree: &Tree, architecture: &str) -> Result<Self, ImageError> {
         let tar = layer_tar(tree)?;
         let diff_id = sha256(&tar);
         let layer = Blob {
@@ -63,7 +68,7 @@ impl Image {
         };
         let config = Blob {
             media_type: CONFIG_MEDIA_TYPE,
-            bytes: to_json(&config(&diff_id)),
+            bytes: to_json(&config(&diff_id, architecture)),
         };
         let manifest = Blob {
             media_type: MANIFEST_MEDIA_TYPE,
@@ -84,6 +89,19 @@ impl Image {
     /// The image's digest: its manifest's, which `ctr`, `crictl` and registries show.
     pub fn digest(&self) -> String {
         self.manifest.digest()
+    }
+
+    /// The OCI platform its config names: `{"architecture": …, "os": …}`.
+    pub fn platform(&self) -> Value {
+        let config: Value = serde_json::from_slice(&self.config.bytes).expect("our own config");
+        json!({"architecture": config["architecture"], "os": config["os"]})
+    }
+
+    /// The manifest's descriptor with its platform: this image's entry in an image index.
+    pub fn index_entry(&self) -> Value {
+        let mut entry = self.manifest.descriptor();
+        entry["platform"] = self.platform();
+        entry
     }
 
     /// The archive that names the image `tag` (`registry/repository:tag`), written to `out`.
@@ -136,9 +154,9 @@ impl Image {
 }
 
 /// The image config: what the Dockerfile declares for its last stage, plus the binary's version.
-fn config(diff_id: &str) -> Value {
+fn config(diff_id: &str, architecture: &str) -> Value {
     json!({
-        "architecture": architecture(),
+        "architecture": architecture,
         "os": "linux",
         "config": {
             "User": USER,

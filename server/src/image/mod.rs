@@ -27,6 +27,10 @@ pub struct PushArgs {
     /// Where to push: `registry[:port]/repository[:tag]` (the tag defaults to this binary's version).
     #[arg(value_name = "REPOSITORY[:TAG]")]
     pub reference: String,
+    /// Make the tag an image index: this platform's image beside those of other platforms the tag
+    /// already names (push from each architecture's binary in turn for one multi-arch tag).
+    #[arg(long)]
+    pub index: bool,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -111,17 +115,19 @@ pub async fn run(command: ImageCommand) -> anyhow::Result<()> {
         ImageCommand::Export(args) => export(&args),
         ImageCommand::Push(args) => {
             let reference = registry::Reference::parse(&args.reference)?;
-            let pushed = push(&reference, &args.registry).await?;
+            let pushed = push(&reference, &args.registry, args.index).await?;
             println!("{pushed}");
             Ok(())
         }
     }
 }
 
-/// Pushes the image of this binary to `reference`; the image by digest.
+/// Pushes the image of this binary to `reference` (into the tag's index with `into_index`); the
+/// image (or the index) by digest.
 pub async fn push(
     reference: &registry::Reference,
     args: &RegistryArgs,
+    into_index: bool,
 ) -> Result<String, ImageError> {
     let credentials = match &args.username {
         Some(username) => Some(registry::Credentials {
@@ -146,7 +152,10 @@ pub async fn push(
         registry::Registry::connect(reference, connector, args.plain_http, credentials.as_ref())
             .await?;
     let image = of_this_binary()?;
-    let digest = registry.push(&image).await?;
+    let digest = match into_index {
+        true => registry.push_into_index(&image).await?,
+        false => registry.push(&image).await?,
+    };
     let size = image.layer.bytes.len() as f64 / (1024.0 * 1024.0);
     eprintln!(
         "image push: {}/{}:{} ({digest}, {size:.1} MiB compressed)",

@@ -15,7 +15,15 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::archive::{Blob, Image};
+use super::archive::{Blob, INDEX_MEDIA_TYPE, Image, MANIFEST_MEDIA_TYPE};
+
+/// What a tag may name, as the Accept header lists it: OCI and Docker images and indexes.
+const MANIFEST_TYPES: [&str; 4] = [
+    INDEX_MEDIA_TYPE,
+    MANIFEST_MEDIA_TYPE,
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
 
 /// Where an image goes: `registry[:port]/repository[:tag]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,26 +257,110 @@ impl Registry {
 
     /// Pushes `image` under the reference's tag; the manifest's digest as the registry has it.
     pub async fn push(&self, image: &Image) -> Result<String, PushError> {
+        self.upload(image).await?;
+        let tag = self.reference.tag.clone();
+        self.put_manifest(&tag, image.manifest.media_type, &image.manifest.bytes)
+            .await?;
+        Ok(image.digest())
+    }
+
+    /// Pushes `image` and makes the tag an image index holding it beside the other platforms' images
+    /// the tag already names (an index, or one image of another platform); an image of the same
+    /// platform is replaced. The index's digest: one reference for every platform. Pushes to one tag
+    /// must not overlap (the index is read, then written).
+    pub async fn push_into_index(&self, image: &Image) -> Result<String, PushError> {
+        self.upload(image).await?;
+        let digest = image.digest();
+        self.put_manifest(&digest, image.manifest.media_type, &image.manifest.bytes)
+            .await?;
+        let mut entries = self.platform_entries().await?;
+        entries.retain(|entry| entry["platform"] != image.platform());
+        entries.push(image.index_entry());
+        entries.sort_by_key(|e| e["platform"].to_string());
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": INDEX_MEDIA_TYPE,
+            "manifests": entries,
+        }))
+        .expect("an index serializes");
+        let tag = self.reference.tag.clone();
+        self.put_manifest(&tag, INDEX_MEDIA_TYPE, &index).await?;
+        Ok(Blob {
+            media_type: INDEX_MEDIA_TYPE,
+            bytes: index,
+        }
+        .digest())
+    }
+
+    /// The images the tag names now, as index entries with their platforms: none for a tag that
+    /// does not exist, an index's own entries, or the one image's descriptor with the platform its
+    /// config names.
+    async fn platform_entries(&self) -> Result<Vec<serde_json::Value>, PushError> {
+        let repository = &self.reference.repository;
+        let path = format!("/v2/{repository}/manifests/{}", self.reference.tag);
+        let accept = [(header::ACCEPT, MANIFEST_TYPES.join(", "))];
+        let answer = self.send(Method::GET, &path, None, &accept).await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(Vec::new());
+        }
+        if answer.status != StatusCode::OK {
+            return Err(self.unexpected(&format!("GET {path}"), &answer));
+        }
+        let document: serde_json::Value = serde_json::from_slice(&answer.body)
+            .map_err(|_| self.unexpected(&format!("GET {path}"), &answer))?;
+        if let Some(entries) = document["manifests"].as_array() {
+            return Ok(entries.clone());
+        }
+        let config_digest = document["config"]["digest"].as_str().unwrap_or_default();
+        let config_path = format!("/v2/{repository}/blobs/{config_digest}");
+        let config = self.send(Method::GET, &config_path, None, &[]).await?;
+        let config: serde_json::Value = serde_json::from_slice(&config.body)
+            .map_err(|_| self.unexpected(&format!("GET {config_path}"), &config))?;
+        let media_type = answer
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(MANIFEST_MEDIA_TYPE)
+            .to_owned();
+        let existing = Blob {
+            media_type: "",
+            bytes: answer.body.to_vec(),
+        };
+        Ok(vec![serde_json::json!({
+            "mediaType": media_type,
+            "digest": existing.digest(),
+            "size": answer.body.len(),
+            "platform": {"architecture": config["architecture"], "os": config["os"]},
+        })])
+    }
+
+    async fn upload(&self, image: &Image) -> Result<(), PushError> {
         for blob in [&image.layer, &image.config] {
             self.upload_unless_present(blob).await?;
         }
-        let path = format!(
-            "/v2/{}/manifests/{}",
-            self.reference.repository, self.reference.tag
-        );
-        let content_type = [(header::CONTENT_TYPE, image.manifest.media_type.to_owned())];
+        Ok(())
+    }
+
+    /// PUT of a manifest (or an index) under `reference`, a tag or its digest.
+    async fn put_manifest(
+        &self,
+        reference: &str,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<(), PushError> {
+        let path = format!("/v2/{}/manifests/{reference}", self.reference.repository);
+        let content_type = [(header::CONTENT_TYPE, media_type.to_owned())];
         let answer = self
-            .send(
-                Method::PUT,
-                &path,
-                Some(&image.manifest.bytes),
-                &content_type,
-            )
+            .send(Method::PUT, &path, Some(bytes), &content_type)
             .await?;
         if answer.status != StatusCode::CREATED {
             return Err(self.unexpected(&format!("PUT {path}"), &answer));
         }
-        let pushed = image.digest();
+        let pushed = Blob {
+            media_type: "",
+            bytes: bytes.to_vec(),
+        }
+        .digest();
         match answer
             .headers
             .get("docker-content-digest")
@@ -279,7 +371,7 @@ impl Registry {
                 stored.to_owned(),
                 pushed,
             )),
-            _ => Ok(pushed),
+            _ => Ok(()),
         }
     }
 

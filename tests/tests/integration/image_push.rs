@@ -11,6 +11,10 @@ use sentry_tenants_tests::registry::TestRegistry;
 /// A small image: what is pushed does not matter to the protocol, and the binary's image takes a
 /// while to build.
 fn small_image(marker: &str) -> Image {
+    small_image_for(marker, sentry_tenants::image::archive::architecture())
+}
+
+fn small_image_for(marker: &str, architecture: &str) -> Image {
     let tree = Tree::from([
         (
             "etc".to_owned(),
@@ -29,7 +33,7 @@ fn small_image(marker: &str) -> Image {
             },
         ),
     ]);
-    Image::build(&tree).unwrap()
+    Image::build_for(&tree, architecture).unwrap()
 }
 
 async fn registry(name: &str) -> TestRegistry {
@@ -123,4 +127,92 @@ async fn a_registry_whose_ca_is_not_trusted_is_not_spoken_to() {
     };
     assert!(matches!(err, PushError::Unreachable(..)), "{err}");
     assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+}
+
+/// The tag's document as skopeo reads it: (its platforms and digests if an index, else nothing).
+fn index_entries(registry: &TestRegistry, reference: &str) -> Vec<(String, String)> {
+    let raw: serde_json::Value =
+        serde_json::from_slice(&registry.manifest(reference).unwrap()).unwrap();
+    assert_eq!(
+        raw["mediaType"], "application/vnd.oci.image.index.v1+json",
+        "{raw}"
+    );
+    raw["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let platform = &e["platform"];
+            (
+                format!(
+                    "{}/{}",
+                    platform["os"].as_str().unwrap(),
+                    platform["architecture"].as_str().unwrap()
+                ),
+                e["digest"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn pushes_into_an_index_gather_one_image_per_platform_under_one_tag() {
+    let registry = registry("index").await;
+    let tag = format!("{}/team/sentry-tenants:v2", registry.address);
+    let reference = Reference::parse(&tag).unwrap();
+    let login = credentials(&registry.username, &registry.password);
+    let client = Registry::connect(&reference, with_ca(&registry), false, Some(&login))
+        .await
+        .unwrap();
+    // The tag first names one plain image, as a push without --index leaves it.
+    let amd64 = small_image_for("amd64 build", "amd64");
+    client.push(&amd64).await.unwrap();
+
+    let arm64 = small_image_for("arm64 build", "arm64");
+    let index = client.push_into_index(&arm64).await.unwrap();
+    assert_eq!(
+        index_entries(&registry, &tag),
+        [
+            ("linux/amd64".to_owned(), amd64.digest()),
+            ("linux/arm64".to_owned(), arm64.digest()),
+        ]
+    );
+    let stored = registry.manifest(&reference.by_digest(&index)).unwrap();
+    assert_eq!(
+        registry.manifest(&tag).unwrap(),
+        stored,
+        "the index is pushed by the digest returned"
+    );
+
+    // A rebuilt amd64 image replaces its platform's entry and keeps the other.
+    let amd64_again = small_image_for("amd64 rebuild", "amd64");
+    client.push_into_index(&amd64_again).await.unwrap();
+    assert_eq!(
+        index_entries(&registry, &tag),
+        [
+            ("linux/amd64".to_owned(), amd64_again.digest()),
+            ("linux/arm64".to_owned(), arm64.digest()),
+        ]
+    );
+    // Every entry is an image the registry holds.
+    for (_, digest) in index_entries(&registry, &tag) {
+        registry.manifest(&reference.by_digest(&digest)).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_index_push_to_a_new_tag_makes_an_index_of_one() {
+    let registry = registry("index-new").await;
+    let tag = format!("{}/team/sentry-tenants:v3", registry.address);
+    let reference = Reference::parse(&tag).unwrap();
+    let login = credentials(&registry.username, &registry.password);
+    let client = Registry::connect(&reference, with_ca(&registry), false, Some(&login))
+        .await
+        .unwrap();
+    let image = small_image_for("only", "arm64");
+    client.push_into_index(&image).await.unwrap();
+    assert_eq!(
+        index_entries(&registry, &tag),
+        [("linux/arm64".to_owned(), image.digest())]
+    );
 }
