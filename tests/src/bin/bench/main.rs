@@ -13,6 +13,7 @@ mod reconcile;
 mod report;
 mod sizes;
 mod sse;
+mod static_build;
 
 use std::path::PathBuf;
 
@@ -33,6 +34,9 @@ fn main() -> anyhow::Result<()> {
     if args.first().map(String::as_str) == Some("memory-probe") {
         return memory::probe(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("noop-rate") {
+        return static_build::noop_rate(&args[1..]);
+    }
     let scales: Vec<usize> = match args.iter().position(|a| a == "--scales") {
         Some(i) => args
             .get(i + 1)
@@ -43,6 +47,19 @@ fn main() -> anyhow::Result<()> {
     // `bench --only sizes`: that section alone, printed (BENCHMARKS.md untouched).
     if args.windows(2).any(|w| w[0] == "--only" && w[1] == "sizes") {
         let section = sizes::measure(&workspace_root());
+        println!(
+            "{}",
+            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
+        );
+        return Ok(());
+    }
+    // `bench --only static`: the static build against the glibc one alone, printed (BENCHMARKS.md
+    // untouched); `scripts/bench.sh` names both builds.
+    if args
+        .windows(2)
+        .any(|w| w[0] == "--only" && w[1] == "static")
+    {
+        let section = static_build::measure(&workspace_root());
         println!(
             "{}",
             report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
@@ -132,6 +149,8 @@ fn main() -> anyhow::Result<()> {
     });
     eprintln!("bench: sizes");
     sections.push(sizes::measure(&workspace_root()));
+    eprintln!("bench: the static build");
+    sections.push(static_build::measure(&workspace_root()));
     let report = report::Report::new(sections, started.elapsed());
     let root = workspace_root();
     std::fs::write(root.join("BENCHMARKS.md"), report.markdown())?;

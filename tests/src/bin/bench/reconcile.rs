@@ -24,15 +24,7 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
     // New objects to the fixpoint (the Jobs have not started, so nothing else moves).
     c.log.clear();
     let started = std::time::Instant::now();
-    let mut passes = 0;
-    loop {
-        passes += 1;
-        let pass = fleet.reconcile_pass().await;
-        if pass.writes == 0 && pass.errors == 0 {
-            break;
-        }
-        assert!(passes < 10, "no fixpoint after {passes} passes: {pass:?}");
-    }
+    let passes = to_fixpoint(&fleet).await;
     let converge_secs = started.elapsed().as_secs_f64();
     let status_writes = c
         .log
@@ -46,20 +38,7 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
     let stores = c.ctx.stores.clone();
     let runs = stores.runjobs.state();
     let tenants = stores.tenants.state();
-    let reconciles = (runs.len() + tenants.len()) as f64;
-    let noop_secs = best_of(RUNS, || async {
-        for r in &runs {
-            runjob::reconcile(Arc::clone(r), c.ctx.clone())
-                .await
-                .expect("no-op reconcile");
-        }
-        for t in &tenants {
-            tenant::reconcile(Arc::clone(t), c.ctx.clone())
-                .await
-                .expect("no-op reconcile");
-        }
-    })
-    .await;
+    let (reconciles, noop_secs) = noop_pass(&fleet).await;
     let noop_writes = c.log.count(is_counted_write) as f64 / RUNS as f64;
     let noop_requests = c.log.len() as f64 / RUNS as f64;
 
@@ -134,6 +113,51 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
         .note(lifecycle_breakdown),
     ];
     (figures, fleet)
+}
+
+/// Reconcile passes until one writes nothing; how many it took.
+async fn to_fixpoint(fleet: &Fleet) -> usize {
+    let mut passes = 0;
+    loop {
+        passes += 1;
+        let pass = fleet.reconcile_pass().await;
+        if pass.writes == 0 && pass.errors == 0 {
+            return passes;
+        }
+        assert!(passes < 10, "no fixpoint after {passes} passes: {pass:?}");
+    }
+}
+
+/// Every cached run and tenant reconciled once more, where each finds nothing to do: (how many
+/// reconciles a pass makes, the best pass's seconds of [`RUNS`]).
+async fn noop_pass(fleet: &Fleet) -> (f64, f64) {
+    let c = &fleet.cluster;
+    let runs = c.ctx.stores.runjobs.state();
+    let tenants = c.ctx.stores.tenants.state();
+    let secs = best_of(RUNS, || async {
+        for r in &runs {
+            runjob::reconcile(Arc::clone(r), c.ctx.clone())
+                .await
+                .expect("no-op reconcile");
+        }
+        for t in &tenants {
+            tenant::reconcile(Arc::clone(t), c.ctx.clone())
+                .await
+                .expect("no-op reconcile");
+        }
+    })
+    .await;
+    ((runs.len() + tenants.len()) as f64, secs)
+}
+
+/// No-op reconciles per second at `n` tenants + `n` runs (what `bench noop-rate` prints): the
+/// figure the static build is compared on.
+pub async fn noop_rate(n: usize) -> f64 {
+    let fleet = Fleet::with_provision_runs(n).await;
+    to_fixpoint(&fleet).await;
+    fleet.cluster.sync_stores().await;
+    let (reconciles, secs) = noop_pass(&fleet).await;
+    reconciles / secs
 }
 
 /// Writes per run by kind, e.g. "PATCH runjobs/status 2.0, POST secrets 1.0".

@@ -76,7 +76,7 @@ smaller wire format** there (the actions' JSON answer read by the browser's `JSO
 binaryen 132 `-Oz` on the islands build 143 KiB. Not kept: the goal is met with room, and 42 KiB is what \
 keeps the interactive part a Leptos component rather than hand-written DOM code.";
 
-fn mib(bytes: u64) -> f64 {
+pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
 }
 
