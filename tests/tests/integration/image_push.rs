@@ -47,6 +47,16 @@ fn with_ca(registry: &TestRegistry) -> sentry_tenants::tls::Connector {
     sentry_tenants::tls::with_ca_bundle(&std::fs::read(&registry.ca).unwrap()).unwrap()
 }
 
+/// The registry's client for `tag`, logged in as its account.
+async fn logged_in(registry: &TestRegistry, tag: &str) -> (Reference, Registry) {
+    let reference = Reference::parse(tag).unwrap();
+    let login = credentials(&registry.username, &registry.password);
+    let client = Registry::connect(&reference, with_ca(registry), false, Some(&login))
+        .await
+        .unwrap();
+    (reference, client)
+}
+
 fn credentials(username: &str, password: &str) -> Credentials {
     Credentials {
         username: username.to_owned(),
@@ -58,13 +68,9 @@ fn credentials(username: &str, password: &str) -> Credentials {
 async fn a_push_with_the_right_credentials_stores_the_manifest_byte_for_byte_and_again_changes_nothing()
  {
     let registry = registry("push").await;
-    let reference =
-        Reference::parse(&format!("{}/team/sentry-tenants:v1", registry.address)).unwrap();
+    let tag = format!("{}/team/sentry-tenants:v1", registry.address);
+    let (reference, client) = logged_in(&registry, &tag).await;
     let image = small_image("one");
-    let login = credentials(&registry.username, &registry.password);
-    let client = Registry::connect(&reference, with_ca(&registry), false, Some(&login))
-        .await
-        .unwrap();
     let digest = client.push(&image).await.unwrap();
     assert_eq!(digest, image.digest());
     let stored = registry
@@ -159,11 +165,7 @@ fn index_entries(registry: &TestRegistry, reference: &str) -> Vec<(String, Strin
 async fn pushes_into_an_index_gather_one_image_per_platform_under_one_tag() {
     let registry = registry("index").await;
     let tag = format!("{}/team/sentry-tenants:v2", registry.address);
-    let reference = Reference::parse(&tag).unwrap();
-    let login = credentials(&registry.username, &registry.password);
-    let client = Registry::connect(&reference, with_ca(&registry), false, Some(&login))
-        .await
-        .unwrap();
+    let (reference, client) = logged_in(&registry, &tag).await;
     // The tag first names one plain image, as a push without --index leaves it.
     let amd64 = small_image_for("amd64 build", "amd64");
     client.push(&amd64).await.unwrap();
@@ -204,11 +206,7 @@ async fn pushes_into_an_index_gather_one_image_per_platform_under_one_tag() {
 async fn an_index_push_to_a_new_tag_makes_an_index_of_one() {
     let registry = registry("index-new").await;
     let tag = format!("{}/team/sentry-tenants:v3", registry.address);
-    let reference = Reference::parse(&tag).unwrap();
-    let login = credentials(&registry.username, &registry.password);
-    let client = Registry::connect(&reference, with_ca(&registry), false, Some(&login))
-        .await
-        .unwrap();
+    let (_, client) = logged_in(&registry, &tag).await;
     let image = small_image_for("only", "arm64");
     client.push_into_index(&image).await.unwrap();
     assert_eq!(
