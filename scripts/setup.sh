@@ -37,6 +37,8 @@ command -v npm >/dev/null || missing+=(npm)
 [ -x /usr/sbin/conntrack ] || missing+=(conntrack)
 [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 [ -x /usr/bin/skopeo ] || missing+=(skopeo)
+# `podman load` reads `image export`'s archive in a test (no container is run with it).
+[ -x /usr/bin/podman ] || missing+=(podman)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v objcopy >/dev/null || missing+=(binutils)
 # actionlint runs it over the workflows' shell steps (scripts/lint-release.sh).

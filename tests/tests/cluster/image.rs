@@ -120,7 +120,7 @@ async fn an_exported_image_imported_with_ctr_runs_the_operator_and_its_jobs_unde
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_exports_of_one_binary_have_one_digest_and_skopeo_reads_the_dockerfiles_declarations() {
+async fn two_exports_of_one_binary_have_one_digest_and_skopeo_and_podman_read_them() {
     let s = setup("image-export").await;
     let dir = scratch(&s.ns);
     let binary = stripped_binary(&s.plane.project_binary(), &dir);
@@ -156,6 +156,33 @@ async fn two_exports_of_one_binary_have_one_digest_and_skopeo_reads_the_dockerfi
         config["config"]["Labels"]["org.opencontainers.image.version"],
         env!("CARGO_PKG_VERSION")
     );
+
+    // podman loads it under its tag with the same digest, into a store of the test's own (under
+    // /tmp: podman refuses a run root path longer than 50 characters).
+    let store = std::env::temp_dir().join(format!("st-podman-{}", std::process::id()));
+    let podman = |args: &[&str]| {
+        run(Command::new("podman")
+            .arg("--root")
+            .arg(store.join("root"))
+            .arg("--runroot")
+            .arg(store.join("run"))
+            .args(["--storage-driver", "vfs"])
+            .args(args))
+    };
+    let loaded = podman(&["load", "-i", dir.join("a.tar").to_str().unwrap()]);
+    assert!(
+        loaded.contains("Loaded image: example.com/a/sentry-tenants:one"),
+        "{loaded}"
+    );
+    let inspected = podman(&[
+        "image",
+        "inspect",
+        "example.com/a/sentry-tenants:one",
+        "--format",
+        "{{.Digest}} {{.Config.User}}",
+    ]);
+    assert_eq!(inspected.trim(), format!("{first} 65532:65532"));
+    let _ = std::fs::remove_dir_all(&store);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
