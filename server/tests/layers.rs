@@ -259,3 +259,35 @@ fn the_layers_point_down() {
         "modules that use each other: {circles:#?}"
     );
 }
+
+/// Wall-clock time decides behaviour (retry delays, TTLs, Lease expiry, rotation grace), so it comes
+/// from `clock::Clock`, which tests move instead of sleeping. Only the clock itself and the command
+/// line (a person's command happens now, and hands that instant down) may read it directly.
+#[test]
+fn wall_clock_time_comes_from_the_clock_or_the_command_line() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let reads = [
+        "Timestamp::now()",
+        "SystemTime::now()",
+        "Utc::now()",
+        "Zoned::now()",
+    ];
+    let mut direct = Vec::new();
+    for file in source_files() {
+        if file == "clock.rs" || file.starts_with("cli/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(&file)).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            if reads.iter().any(|r| line.contains(r)) && !line.trim_start().starts_with("//") {
+                direct.push(format!("{file}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        direct.is_empty(),
+        "read the time from the Clock:\n{}",
+        direct.join("\n")
+    );
+}
