@@ -17,6 +17,8 @@ fn main() {
     for watched in [
         "app/src",
         "app/Cargo.toml",
+        "core/src",
+        "core/Cargo.toml",
         "assets",
         "Cargo.lock",
         "Cargo.toml",

@@ -11,11 +11,10 @@ mod browser;
 pub mod charts;
 pub mod components;
 pub mod forms;
-pub mod limits;
 pub mod model;
-pub mod names;
 pub mod pages;
-pub mod text;
+/// The domain rules the form and the pages check and show, shared with the operator.
+pub use sentry_tenants_core::{limits, names, text};
 
 use leptos::prelude::*;
 use leptos_meta::{Link, Meta, Title, provide_meta_context};

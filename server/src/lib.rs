@@ -12,17 +12,16 @@ pub mod image;
 pub mod install;
 pub mod labels;
 pub mod leader;
-/// Tenant-name validation and derived names live with the dashboard (its form uses them) and are
-/// re-exported here for the operator.
-pub use sentry_tenants_app::limits;
-pub use sentry_tenants_app::names;
+/// The domain rules at the bottom (the `core` crate): tenant names and what derives from them, limits.
+pub use sentry_tenants_core::limits;
+pub use sentry_tenants_core::names;
 pub mod operator;
 pub mod provision;
 pub mod signals;
 pub mod telemetry;
 pub mod tls;
 /// Percent-encoding, shared by the dashboard's links, its redirects and the ClickHouse client.
-pub use sentry_tenants_app::text;
+pub use sentry_tenants_core::text;
 pub mod web;
 
 /// The image the Deployment and its Jobs run unless `--image` says otherwise: the reference this

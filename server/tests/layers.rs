@@ -291,3 +291,20 @@ fn wall_clock_time_comes_from_the_clock_or_the_command_line() {
         direct.join("\n")
     );
 }
+
+/// The dashboard's crate is the web layer's: the CRDs, the reconcilers, the provisioner and the
+/// installer never reach up into the UI (the rules they share with it live in the core crate). Only
+/// `web/` and the process wiring (`operator.rs`, which starts the dashboard) use it.
+#[test]
+fn only_the_web_layer_uses_the_dashboard_crate() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let users: Vec<String> = source_files()
+        .into_iter()
+        .filter(|file| {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            text.contains("sentry_tenants_app")
+        })
+        .filter(|file| !file.starts_with("web/") && file != "operator.rs")
+        .collect();
+    assert!(users.is_empty(), "the dashboard crate used by {users:?}");
+}
