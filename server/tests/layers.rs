@@ -138,7 +138,7 @@ fn the_reader_finds_what_a_file_uses() {
     );
     assert_eq!(paths_after(code, "crate::"), [vec!["names"]]);
     let e = edges();
-    assert!(e["controller/tenant.rs"].contains("controller/attempts.rs"));
+    assert!(e["controller/tenant/next_run.rs"].contains("controller/attempts.rs"));
     assert!(e["install/apply.rs"].contains("install/rollout.rs"));
     assert!(e["cli/commands.rs"].contains("web/local.rs"));
 }

@@ -4,7 +4,6 @@
 pub mod attempts;
 mod backoff;
 pub mod job;
-pub mod reclaim;
 mod run_index;
 pub mod runjob;
 pub mod slots;

@@ -18,8 +18,8 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::attempts::{NextRun, next_attempt, what_next};
-use super::{Context, Result, replace_finalizers, requeue_at};
+use crate::controller::attempts::{NextRun, next_attempt, what_next};
+use crate::controller::{Context, Result, replace_finalizers, requeue_at, without};
 use crate::crd::{RunAction, RunJob, TENANT_FINALIZER, Tenant};
 
 /// What a deleted tenant waits for, or may do, now.
@@ -117,7 +117,7 @@ pub async fn ensure_finalizer(tenant: &Tenant, ctx: &Context) -> Result<bool> {
 /// Removes our finalizer (and only ours); the apiserver then deletes the Tenant, and the garbage
 /// collector what it owns.
 pub async fn release(tenant: &Tenant, ctx: &Context) -> Result<Action> {
-    let remaining = super::without(tenant.finalizers(), TENANT_FINALIZER);
+    let remaining = without(tenant.finalizers(), TENANT_FINALIZER);
     replace_finalizers(&ctx.tenants(), tenant, remaining).await?;
     Ok(Action::await_change())
 }

@@ -1,0 +1,411 @@
+//! The Tenant rules, function by function.
+
+use super::history::*;
+use super::next_run::*;
+use super::status::*;
+use super::*;
+use crate::controller::attempts::next_attempt;
+use crate::controller::attempts::retry_delay;
+use crate::crd::{RUNJOB_FINALIZER, RunPhase, RunRecord, TenantPhase, TenantStatus};
+use TenantPhase::*;
+
+fn runs(in_flight: bool, latest_failed: bool) -> ProvisionRuns {
+    ProvisionRuns {
+        in_flight,
+        latest_failed,
+    }
+}
+
+/// Every combination of the three inputs, with the phase the rule list demands.
+#[test]
+fn phase_table_covers_every_combination() {
+    let db = Some("tenant_acme");
+    let cases = [
+        // suspended, database, in_flight, latest_failed => phase
+        (false, None, false, false, Pending),
+        (false, None, false, true, Failed),
+        (false, None, true, false, Provisioning),
+        (false, None, true, true, Provisioning),
+        (false, db, false, false, Active),
+        (false, db, false, true, Active),
+        (false, db, true, false, Active),
+        (false, db, true, true, Active),
+        (true, None, false, false, Suspended),
+        (true, None, false, true, Suspended),
+        (true, None, true, false, Suspended),
+        (true, None, true, true, Suspended),
+        (true, db, false, false, Suspended),
+        (true, db, false, true, Suspended),
+        (true, db, true, false, Suspended),
+        (true, db, true, true, Suspended),
+    ];
+    for (suspended, database, in_flight, failed, want) in cases {
+        assert_eq!(
+            phase(suspended, database, runs(in_flight, failed)),
+            want,
+            "suspended={suspended} db={database:?} in_flight={in_flight} failed={failed}"
+        );
+    }
+}
+
+#[test]
+fn never_active_without_a_database_name() {
+    for db in [None, Some("")] {
+        for in_flight in [false, true] {
+            for failed in [false, true] {
+                assert_ne!(phase(false, db, runs(in_flight, failed)), Active);
+            }
+        }
+    }
+}
+
+#[test]
+fn unsuspending_a_provisioned_tenant_returns_straight_to_active() {
+    let db = Some("tenant_acme");
+    assert_eq!(phase(true, db, runs(false, false)), Suspended);
+    assert_eq!(phase(false, db, runs(false, false)), Active);
+    // Even when the history's latest provision attempt failed, the database decides.
+    assert_eq!(phase(false, db, runs(false, true)), Active);
+}
+
+fn record(name: &str, phase: RunPhase, finished_at: &str) -> RunRecord {
+    let action = match name.rsplit('-').nth(1) {
+        Some("suspend") => RunAction::Suspend,
+        Some("resume") => RunAction::Resume,
+        _ => RunAction::Provision,
+    };
+    RunRecord {
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        action,
+        phase,
+        message: String::new(),
+        started_at: None,
+        finished_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            finished_at.parse().unwrap(),
+        ),
+        log_tail: None,
+        generation: Some(1),
+    }
+}
+
+#[test]
+fn a_run_serial_is_the_number_its_name_ends_with() {
+    assert_eq!(serial("acme-suspend-41"), 41);
+    assert_eq!(serial("acme-provision-1"), 1);
+    assert_eq!(serial("made-by-hand"), 0);
+}
+
+/// Kubernetes times have whole seconds: of two runs finished in the same second, the later attempt
+/// (higher serial) decides, wherever the two are listed.
+#[test]
+fn runs_finished_in_the_same_second_are_ordered_by_serial() {
+    let at = "2026-12-01T12:00:00Z";
+    for history in [
+        [
+            record("acme-provision-2", RunPhase::Succeeded, at),
+            record("acme-provision-1", RunPhase::Failed, at),
+        ],
+        [
+            record("acme-provision-1", RunPhase::Failed, at),
+            record("acme-provision-2", RunPhase::Succeeded, at),
+        ],
+    ] {
+        assert!(!provision_runs(&[], &history).latest_failed, "{history:?}");
+    }
+    let history = [
+        record("acme-provision-3", RunPhase::Failed, at),
+        record("acme-provision-2", RunPhase::Succeeded, at),
+    ];
+    assert!(provision_runs(&[], &history).latest_failed);
+    // A later second beats a higher serial.
+    let history = [
+        record("acme-provision-1", RunPhase::Failed, "2026-12-01T12:00:01Z"),
+        record("acme-provision-2", RunPhase::Succeeded, at),
+    ];
+    assert!(provision_runs(&[], &history).latest_failed);
+}
+
+/// A provisioned tenant at generation 1 whose provisioner last reported `access_locked`.
+fn provisioned(suspended: bool, access_locked: bool, history: Vec<RunRecord>) -> Tenant {
+    let mut tenant = Tenant::new(
+        "acme",
+        crate::crd::TenantSpec {
+            suspended,
+            ..Default::default()
+        },
+    );
+    tenant.metadata.namespace = Some("tenants".into());
+    tenant.metadata.uid = Some("uid-acme".into());
+    tenant.metadata.generation = Some(1);
+    tenant.status = Some(TenantStatus {
+        click_house_database_name: Some("tenant_acme".into()),
+        access_locked: Some(access_locked),
+        history,
+        ..Default::default()
+    });
+    tenant
+}
+
+/// Only Suspend/Resume runs can leave the lock unknown: a failed Provision retry after the lock
+/// was reported says nothing about it.
+#[test]
+fn a_failed_provision_run_does_not_make_the_lock_unknown() {
+    let at = "2026-12-01T12:00:00Z";
+    let history = vec![
+        record("acme-provision-2", RunPhase::Failed, "2026-12-01T12:00:05Z"),
+        record("acme-resume-10", RunPhase::Succeeded, at),
+    ];
+    let tenant = provisioned(false, false, history);
+    assert_eq!(enforced_lock(&tenant, &[]), Some(false));
+    assert_eq!(
+        lock_run_needed(&tenant, &[], at.parse().unwrap()),
+        (RunAction::Resume, NextRun::Idle)
+    );
+}
+
+/// 15 s doubling per failure, capped at 5 minutes, the upper half jittered by the tenant's uid:
+/// the same retry gets the same time on every reconcile, and tenants that failed together come
+/// back spread out.
+#[test]
+fn the_retry_delay_doubles_to_five_minutes_and_is_the_same_on_every_reconcile() {
+    let tenant = provisioned(false, false, vec![]);
+    for (failures, step) in [
+        (1, 15),
+        (2, 30),
+        (3, 60),
+        (4, 120),
+        (5, 240),
+        (6, 300),
+        (40, 300),
+    ] {
+        let delay = retry_delay(&tenant, RunAction::Provision, failures).as_secs_f64();
+        let step = step as f64;
+        assert!(
+            (step / 2.0..=step).contains(&delay),
+            "failure {failures}: {delay} s is outside [{}, {step}]",
+            step / 2.0
+        );
+        assert_eq!(
+            retry_delay(&tenant, RunAction::Provision, failures).as_secs_f64(),
+            delay
+        );
+    }
+    let spread: std::collections::BTreeSet<i64> = (0..100)
+        .map(|i| {
+            let mut t = tenant.clone();
+            t.metadata.uid = Some(format!("uid-{i}"));
+            retry_delay(&t, RunAction::Provision, 6).as_millis() as i64 / 1000
+        })
+        .collect();
+    assert!(
+        spread.len() > 50,
+        "100 tenants retry in only {} distinct seconds",
+        spread.len()
+    );
+}
+
+/// Twelve failed attempts in a row (more than the old limit of four, and more than the ten serials
+/// a generation once had): the next one is still scheduled, then started under a fresh name.
+#[test]
+fn attempts_never_run_out() {
+    let history: Vec<RunRecord> = (0..12)
+        .map(|i| {
+            let at = format!("2026-12-01T12:{:02}:00Z", i * 4);
+            record(&format!("acme-provision-{}", 10 + i), RunPhase::Failed, &at)
+        })
+        .collect();
+    let tenant = provisioned(false, false, history);
+    let last: Timestamp = "2026-12-01T12:44:00Z".parse().unwrap();
+    let next = next_attempt(&tenant, &[], RunAction::Provision, last);
+    let NextRun::RetryAt { attempt, at } = next else {
+        panic!("{next:?}")
+    };
+    assert_eq!(attempt, 13);
+    let wait = at.duration_since(last).as_secs();
+    assert!((150..=300).contains(&wait), "{wait} s");
+    assert_eq!(
+        next_attempt(&tenant, &[], RunAction::Provision, at),
+        NextRun::Start("acme-provision-22".into())
+    );
+}
+
+/// A run being cleaned up is in the history and still live (its finalizer not yet removed) for a
+/// moment: it is one attempt, not two, so the next attempt's number and time do not move.
+#[test]
+fn a_run_recorded_while_it_is_still_live_counts_once() {
+    let at = "2026-12-01T12:00:00Z";
+    let tenant = provisioned(
+        false,
+        false,
+        vec![record("acme-provision-10", RunPhase::Failed, at)],
+    );
+    let mut live = new_run_job(&tenant, "acme-provision-10", RunAction::Provision);
+    live.metadata.uid = Some("uid-acme-provision-10".into());
+    live.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        at.parse().unwrap(),
+    ));
+    let now: Timestamp = "2026-12-01T12:00:01Z".parse().unwrap();
+    let alone = next_attempt(&tenant, &[], RunAction::Provision, now);
+    assert!(
+        matches!(alone, NextRun::RetryAt { attempt: 2, .. }),
+        "{alone:?}"
+    );
+    assert_eq!(
+        next_attempt(&tenant, &[Arc::new(live)], RunAction::Provision, now),
+        alone
+    );
+}
+
+/// A run named like one of ours but without our generation label (made by hand with `kubectl`, or
+/// before the label existed) is not an attempt: it delays nothing, and its serial is skipped.
+#[test]
+fn runs_without_the_generation_label_are_not_attempts() {
+    let mut foreign = record(
+        "acme-provision-10",
+        RunPhase::Failed,
+        "2026-12-01T12:00:00Z",
+    );
+    foreign.generation = None;
+    let tenant = provisioned(false, false, vec![foreign]);
+    let now = "2026-12-01T12:00:01Z".parse().unwrap();
+    assert_eq!(
+        next_attempt(&tenant, &[], RunAction::Provision, now),
+        NextRun::Start("acme-provision-11".into())
+    );
+}
+
+#[test]
+fn a_failed_provision_is_described_with_its_run_and_message() {
+    let at = "2026-12-01T12:00:00Z";
+    let mut failed = record("acme-provision-1", RunPhase::Failed, at);
+    let idle = NextRun::Idle;
+    assert_eq!(
+        failed_message(&[], std::slice::from_ref(&failed), &idle),
+        "Provision run acme-provision-1 failed. Fix the cause, then click Retry"
+    );
+    failed.message = "ClickHouse refused the login".into();
+    assert_eq!(
+        failed_message(&[], std::slice::from_ref(&failed), &idle),
+        "Provision run acme-provision-1 failed: ClickHouse refused the login. Fix the cause, then click Retry"
+    );
+    assert_eq!(
+        failed_message(&[], &[], &idle),
+        "Provision run failed. Fix the cause, then click Retry"
+    );
+    let retry = NextRun::RetryAt {
+        attempt: 2,
+        at: "2026-12-01T12:00:15Z".parse().unwrap(),
+    };
+    assert_eq!(
+        failed_message(&[], &[failed], &retry),
+        "Provision run acme-provision-1 failed: ClickHouse refused the login. Attempt 2 starts at 2026-12-01T12:00:15Z (retried until it succeeds)"
+    );
+}
+
+/// Owned by its tenant (garbage-collected with it), finalized by the RunJob controller from birth,
+/// and labelled so `kubectl get runjobs -l sentry.io/tenant=acme` finds a tenant's runs.
+#[test]
+fn a_new_run_is_owned_finalized_and_labelled() {
+    let run = new_run_job(
+        &provisioned(true, false, vec![]),
+        "acme-suspend-10",
+        RunAction::Suspend,
+    );
+    let owner = &run.metadata.owner_references.as_deref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Tenant", "acme", "uid-acme")
+    );
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(
+        run.metadata.finalizers,
+        Some(vec![RUNJOB_FINALIZER.to_owned()])
+    );
+    let labels: Vec<(&str, &str)> = run
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("app.kubernetes.io/component", "run"),
+            ("app.kubernetes.io/instance", "acme"),
+            ("app.kubernetes.io/managed-by", "sentry-tenants"),
+            ("app.kubernetes.io/name", "sentry-tenants"),
+            ("app.kubernetes.io/part-of", "sentry-tenants"),
+            ("app.kubernetes.io/version", env!("CARGO_PKG_VERSION")),
+            ("sentry.io/action", "suspend"),
+            ("sentry.io/generation", "1"),
+            ("sentry.io/tenant", "acme"),
+            ("sentry.io/tenant-uid", "uid-acme"),
+        ]
+    );
+    assert_eq!(
+        (run.spec.tenant.as_str(), run.spec.action),
+        ("acme", RunAction::Suspend)
+    );
+}
+
+/// The plan takes every rule in turn: a provisioned tenant out of step with both its suspension and
+/// its limits starts a Suspend and a SetLimits run at once, this generation's first attempts.
+#[test]
+fn a_plan_starts_each_run_the_rules_ask_for_in_rule_order() {
+    let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+    let mut tenant = provisioned(true, false, Vec::new());
+    tenant.spec.limits = Some(crate::crd::TenantLimits {
+        max_concurrent_queries: Some(4),
+        ..Default::default()
+    });
+    assert_eq!(
+        runs_needed(&tenant, &[], now),
+        RunPlan {
+            start: vec![
+                ("acme-suspend-10".to_owned(), RunAction::Suspend),
+                ("acme-setlimits-10".to_owned(), RunAction::SetLimits),
+            ],
+            wake_at: None,
+        }
+    );
+    // In step with both: nothing to start and nothing to wake for.
+    let in_step = provisioned(false, false, Vec::new());
+    assert_eq!(runs_needed(&in_step, &[], now), RunPlan::default());
+}
+
+/// A Manual tenant waits for a click; an Automatic one gets its Provision run; after a failed one,
+/// the plan starts nothing and wakes for the retry.
+#[test]
+fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
+    let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+    let mut tenant = provisioned(false, false, Vec::new());
+    tenant.status = None;
+    tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Manual;
+    assert_eq!(runs_needed(&tenant, &[], now), RunPlan::default());
+
+    tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Automatic;
+    let plan = runs_needed(&tenant, &[], now);
+    assert_eq!(
+        plan.start,
+        [("acme-provision-10".to_owned(), RunAction::Provision)]
+    );
+
+    let failed = record(
+        "acme-provision-10",
+        RunPhase::Failed,
+        "2026-12-01T12:00:00Z",
+    );
+    tenant.status = Some(TenantStatus {
+        history: vec![failed],
+        ..Default::default()
+    });
+    let plan = runs_needed(&tenant, &[], now);
+    assert!(plan.start.is_empty(), "{plan:?}");
+    let wake = plan.wake_at.expect("a retry to wake for");
+    assert!(
+        wake > now && wake <= now + jiff::SignedDuration::from_secs(30),
+        "{wake}"
+    );
+}
