@@ -313,7 +313,7 @@ impl Registry {
         }
         let config_digest = document["config"]["digest"].as_str().unwrap_or_default();
         let config_path = format!("/v2/{repository}/blobs/{config_digest}");
-        let config = self.send(Method::GET, &config_path, None, &[]).await?;
+        let config = self.get_blob(&config_path).await?;
         let config: serde_json::Value = serde_json::from_slice(&config.body)
             .map_err(|_| self.unexpected(&format!("GET {config_path}"), &config))?;
         let media_type = answer
@@ -332,6 +332,28 @@ impl Registry {
             "size": answer.body.len(),
             "platform": {"architecture": config["architecture"], "os": config["os"]},
         })])
+    }
+
+    /// GET of a blob, following the redirect to storage many registries answer with (GHCR, ECR, a
+    /// distribution on S3); the redirect's host gets no credentials of ours.
+    async fn get_blob(&self, path: &str) -> Result<Answer, PushError> {
+        let answer = self.send(Method::GET, path, None, &[]).await?;
+        let location = answer
+            .headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .filter(|_| answer.status.is_redirection());
+        match location {
+            Some(location) => {
+                let url = match location.starts_with('/') {
+                    true => format!("{}{location}", self.base),
+                    false => location.to_owned(),
+                };
+                self.request(Method::GET, &url, None, &[], REQUEST_TIMEOUT)
+                    .await
+            }
+            None => Ok(answer),
+        }
     }
 
     async fn upload(&self, image: &Image) -> Result<(), PushError> {
