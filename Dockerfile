@@ -2,7 +2,9 @@
 # --image is the reference this builds (a test keeps it equal to the binary's DEFAULT_IMAGE):
 #   docker build -t ghcr.io/sentry-tenants/sentry-tenants:v0.1.0 .
 #   docker push ghcr.io/sentry-tenants/sentry-tenants:v0.1.0
-# For another registry, tag and push it there and install with --image REF.
+# For another registry, tag and push it there and install with --image REF. Without Docker, the binary
+# makes this image itself: `sentry-tenants image export` / `image push` / `install --push-image`
+# (docs/install.md, "The image"); a test keeps their declarations equal to these.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
