@@ -144,14 +144,15 @@ pub async fn push(
             let pem = std::fs::read(file).map_err(|e| ImageError::Read(file.clone(), e))?;
             crate::tls::with_ca_bundle(&pem).map_err(|e| ImageError::RegistryCa(file.clone(), e))?
         }
-        None => crate::tls::with_system_roots()
-            .map_err(|e| ImageError::RegistryCa("(system)".into(), e))?,
+        None => crate::tls::with_system_roots().map_err(ImageError::SystemRoots)?,
     };
-    // Log in before building: a wrong password is known in a second, not after the image is made.
+    // Made before anything reaches the network: a dynamically linked binary's image takes the
+    // libraries this process has mapped, and a name lookup may map more (NSS modules), which would
+    // make the pushed image differ from `image export`'s.
+    let image = of_this_binary()?;
     let registry =
         registry::Registry::connect(reference, connector, args.plain_http, credentials.as_ref())
             .await?;
-    let image = of_this_binary()?;
     let digest = match into_index {
         true => registry.push_into_index(&image).await?,
         false => registry.push(&image).await?,

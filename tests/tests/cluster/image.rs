@@ -317,6 +317,9 @@ async fn install_push_image_to_a_registry_with_basic_auth_and_a_private_ca_rolls
         .strip_prefix(&format!("{repository}@"))
         .unwrap_or_else(|| panic!("not {repository} by digest: {pushed}"));
     assert_eq!(registry.manifest(&pushed).map(|m| m.is_empty()), Ok(false));
+    // The image pushed is the one `image export` writes from the same binary.
+    let exported = export(&binary, &dir.join("exported.tar"), "example.com/st:same");
+    assert_eq!(digest, exported, "push and export make one image");
     let deployment = deployments.get("sentry-tenants").await.unwrap();
     let template = deployment.spec.unwrap().template.spec.unwrap();
     assert_eq!(
