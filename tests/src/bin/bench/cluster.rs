@@ -157,6 +157,22 @@ fn is_write(verb: &str) -> bool {
     matches!(verb, "create" | "update" | "patch" | "delete")
 }
 
+/// The audit events of the install's two ServiceAccounts in `ns`: the operator's and its Jobs'.
+fn our_requests<'a>(events: &'a [Value], ns: &str) -> Vec<&'a Value> {
+    let ours = [
+        format!("system:serviceaccount:{ns}:sentry-tenants"),
+        format!("system:serviceaccount:{ns}:sentry-tenants-provisioner"),
+    ];
+    events
+        .iter()
+        .filter(|e| {
+            e["user"]["username"]
+                .as_str()
+                .is_some_and(|u| ours.iter().any(|o| o == u))
+        })
+        .collect()
+}
+
 /// "verb resource[/sub]" per tenant, for the requests of our two ServiceAccounts in `ns`.
 fn by_kind(events: &[&Value], per: usize) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -250,18 +266,7 @@ pub async fn measure() -> (Section, Sample) {
     };
 
     let audit = s.plane.audit_events();
-    let ours = [
-        format!("system:serviceaccount:{}:sentry-tenants", s.ns),
-        format!("system:serviceaccount:{}:sentry-tenants-provisioner", s.ns),
-    ];
-    let requests: Vec<&Value> = audit[audit_before..]
-        .iter()
-        .filter(|e| {
-            e["user"]["username"]
-                .as_str()
-                .is_some_and(|u| ours.iter().any(|o| o == u))
-        })
-        .collect();
+    let requests = our_requests(&audit[audit_before..], &s.ns);
     let not_event = |e: &&&Value| e["objectRef"]["resource"] != "events";
     let writes: Vec<&Value> = requests
         .iter()
@@ -558,7 +563,6 @@ pub async fn flood() -> Section {
     let peak_rss = operator_peak_rss_mib(&s).await;
 
     let operator = format!("system:serviceaccount:{}:sentry-tenants", s.ns);
-    let provisioner = format!("system:serviceaccount:{}:sentry-tenants-provisioner", s.ns);
     let ns = s.ns.clone();
     let events = s.plane.audit_events_after(offset, |e| {
         e["objectRef"]["namespace"] == ns.as_str()
@@ -571,12 +575,8 @@ pub async fn flood() -> Section {
         .count();
     let in_flight = max_runs_in_flight(&events, &s.ns, &operator, Bounds::Certain);
     let at_most = max_runs_in_flight(&events, &s.ns, &operator, Bounds::Possible);
-    let ours: Vec<&Value> = events
-        .iter()
-        .filter(|e| {
-            e["user"]["username"] == operator.as_str()
-                || e["user"]["username"] == provisioner.as_str()
-        })
+    let ours: Vec<&Value> = our_requests(&events, &s.ns)
+        .into_iter()
         .filter(|e| {
             !matches!(
                 e["objectRef"]["resource"].as_str(),
