@@ -24,6 +24,13 @@ pub mod tls;
 pub use sentry_tenants_core::text;
 pub mod web;
 
+/// The static release build (musl) allocates with mimalloc: musl's own allocator ran the reconcile
+/// benchmark at under half the glibc build's rate. Declared in the library, so every binary that links
+/// it — the product and the bench that measures it — allocates the same way.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The image the Deployment and its Jobs run unless `--image` says otherwise: the reference this
 /// repository's Dockerfile is built and pushed as (its header; a test keeps the two equal).
 pub const DEFAULT_IMAGE: &str = concat!(
