@@ -11,8 +11,11 @@ bash scripts/setup.sh
 need_kib=$((10 * 1024 * 1024))
 have_kib=$(du -sk target 2>/dev/null | cut -f1 || echo 0)
 free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
-if [ "$((free_kib + ${have_kib:-0}))" -lt "$need_kib" ]; then
-  echo "test: needs ~10 GiB for target/ ($((${have_kib:-0} / 1048576)) GiB there, $((free_kib / 1048576)) GiB free on $(df -P . | awk 'NR == 2 { print $6 }')); free some space" >&2
+# A warm target/ needs room too: each test binary is relinked (~1 GiB), and a full disk shows only as
+# the linker's "Bus error".
+min_free_kib=$((4 * 1024 * 1024))
+if [ "$((free_kib + ${have_kib:-0}))" -lt "$need_kib" ] || [ "$free_kib" -lt "$min_free_kib" ]; then
+  echo "test: needs ~10 GiB for target/ and 4 GiB free ($((${have_kib:-0} / 1048576)) GiB there, $((free_kib / 1048576)) GiB free on $(df -P . | awk 'NR == 2 { print $6 }')); free some space" >&2
   exit 1
 fi
 
