@@ -38,7 +38,8 @@ impl Blob {
     }
 }
 
-fn sha256(bytes: &[u8]) -> String {
+/// `sha256:<hex>` of `bytes`: a content address, as registries and runtimes name documents.
+pub fn sha256(bytes: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
@@ -129,16 +130,15 @@ impl Image {
             "RepoTags": [tag],
             "Layers": [blob_path(&self.layer)],
         }]);
-        let mut files: Vec<(String, Vec<u8>)> = vec![
-            (
-                "oci-layout".into(),
-                br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
-            ),
-            ("index.json".into(), to_json(&index)),
-            ("manifest.json".into(), to_json(&docker)),
+        let (index, docker) = (to_json(&index), to_json(&docker));
+        // Borrowed, not copied: the layer is the whole binary, compressed.
+        let mut files: Vec<(String, &[u8])> = vec![
+            ("oci-layout".into(), br#"{"imageLayoutVersion":"1.0.0"}"#),
+            ("index.json".into(), &index),
+            ("manifest.json".into(), &docker),
         ];
         for blob in [&self.layer, &self.config, &self.manifest] {
-            files.push((blob_path(blob), blob.bytes.clone()));
+            files.push((blob_path(blob), &blob.bytes));
         }
         files.sort();
         let mut archive = tar::Builder::new(out);

@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::archive::{Blob, INDEX_MEDIA_TYPE, Image, MANIFEST_MEDIA_TYPE};
+use super::archive::{Blob, INDEX_MEDIA_TYPE, Image, MANIFEST_MEDIA_TYPE, sha256};
 
 /// What a tag may name, as the Accept header lists it: OCI and Docker images and indexes.
 const MANIFEST_TYPES: [&str; 4] = [
@@ -274,8 +274,9 @@ impl Registry {
         self.put_manifest(&digest, image.manifest.media_type, &image.manifest.bytes)
             .await?;
         let mut entries = self.platform_entries().await?;
-        entries.retain(|entry| entry["platform"] != image.platform());
-        entries.push(image.index_entry());
+        let ours = image.index_entry();
+        entries.retain(|entry| entry["platform"] != ours["platform"]);
+        entries.push(ours);
         entries.sort_by_key(|e| e["platform"].to_string());
         let index = serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 2,
@@ -285,11 +286,7 @@ impl Registry {
         .expect("an index serializes");
         let tag = self.reference.tag.clone();
         self.put_manifest(&tag, INDEX_MEDIA_TYPE, &index).await?;
-        Ok(Blob {
-            media_type: INDEX_MEDIA_TYPE,
-            bytes: index,
-        }
-        .digest())
+        Ok(sha256(&index))
     }
 
     /// The images the tag names now, as index entries with their platforms: none for a tag that
@@ -322,13 +319,9 @@ impl Registry {
             .and_then(|v| v.to_str().ok())
             .unwrap_or(MANIFEST_MEDIA_TYPE)
             .to_owned();
-        let existing = Blob {
-            media_type: "",
-            bytes: answer.body.to_vec(),
-        };
         Ok(vec![serde_json::json!({
             "mediaType": media_type,
-            "digest": existing.digest(),
+            "digest": sha256(&answer.body),
             "size": answer.body.len(),
             "platform": {"architecture": config["architecture"], "os": config["os"]},
         })])
@@ -378,11 +371,7 @@ impl Registry {
         if answer.status != StatusCode::CREATED {
             return Err(self.unexpected(&format!("PUT {path}"), &answer));
         }
-        let pushed = Blob {
-            media_type: "",
-            bytes: bytes.to_vec(),
-        }
-        .digest();
+        let pushed = sha256(bytes);
         match answer
             .headers
             .get("docker-content-digest")

@@ -44,14 +44,20 @@ fn run(command: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The project binary without its debug sections (as `scripts/image.sh` exports it), in `dir`.
-fn stripped_binary(plane_binary: &Path, dir: &Path) -> PathBuf {
-    let binary = dir.join("sentry-tenants");
-    run(Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(plane_binary)
-        .arg(&binary));
-    binary
+/// The project binary without its debug sections (as `scripts/image.sh` exports it): made once per
+/// test process and shared, since every test here exports the same binary.
+fn stripped_binary() -> PathBuf {
+    static STRIPPED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    STRIPPED
+        .get_or_init(|| {
+            let binary = scratch("stripped").join("sentry-tenants");
+            run(Command::new("objcopy")
+                .arg("--strip-debug")
+                .arg(control_plane().project_binary())
+                .arg(&binary));
+            binary
+        })
+        .clone()
 }
 
 /// `image export -o FILE --tag TAG`; the digest it prints.
@@ -68,7 +74,7 @@ async fn an_exported_image_imported_with_ctr_runs_the_operator_and_its_jobs_unde
  {
     let s = setup("image-airgap").await;
     let dir = scratch(&s.ns);
-    let binary = stripped_binary(&s.plane.project_binary(), &dir);
+    let binary = stripped_binary();
     // `.invalid` resolves nowhere (RFC 2606): the kubelet can only run what the node already has.
     let tag = format!("airgap.invalid/sentry-tenants:{}", s.ns);
     let archive = dir.join("sentry-tenants.tar");
@@ -123,7 +129,7 @@ async fn an_exported_image_imported_with_ctr_runs_the_operator_and_its_jobs_unde
 async fn two_exports_of_one_binary_have_one_digest_and_skopeo_and_podman_read_them() {
     let s = setup("image-export").await;
     let dir = scratch(&s.ns);
-    let binary = stripped_binary(&s.plane.project_binary(), &dir);
+    let binary = stripped_binary();
     let first = export(
         &binary,
         &dir.join("a.tar"),
@@ -189,7 +195,7 @@ async fn two_exports_of_one_binary_have_one_digest_and_skopeo_and_podman_read_th
 #[test]
 fn the_images_root_filesystem_runs_the_binary_with_nothing_from_the_host() {
     let dir = scratch("rootfs");
-    let binary = stripped_binary(&control_plane().project_binary(), &dir);
+    let binary = stripped_binary();
     let archive = dir.join("image.tar");
     export(&binary, &archive, "example.com/sentry-tenants:rootfs");
     let layout = dir.join("layout");
@@ -255,7 +261,7 @@ async fn install_push_image_to_a_registry_with_basic_auth_and_a_private_ca_rolls
     )
     .await;
     s.plane.trust_registry(&registry.address, &registry.ca);
-    let binary = stripped_binary(&s.plane.project_binary(), &dir);
+    let binary = stripped_binary();
     s.create_admin_secret(ADMIN).await;
     let (ok, _, err) = s.plane.kubectl(
         &[

@@ -82,6 +82,7 @@ async fn a_push_with_the_right_credentials_stores_the_manifest_byte_for_byte_and
 
     // The blobs are there now: a second push finds them and only puts the manifest again.
     assert_eq!(client.push(&image).await.unwrap(), digest);
+    assert_eq!(registry.manifest(&tag).unwrap(), image.manifest.bytes);
 }
 
 #[tokio::test]

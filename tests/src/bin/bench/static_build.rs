@@ -140,10 +140,9 @@ fn image_layer_bytes(binary: &Path) -> u64 {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut tar = tar_entries(&archive);
+    let largest = tar_entries(&archive).into_iter().max().unwrap_or(0);
     let _ = std::fs::remove_file(&archive);
-    tar.sort();
-    tar.last().copied().unwrap_or(0)
+    largest
 }
 
 /// The sizes of the archive's files (the layer is by far the largest).
