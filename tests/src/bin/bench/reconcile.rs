@@ -38,7 +38,7 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
     let stores = c.ctx.stores.clone();
     let runs = stores.runjobs.state();
     let tenants = stores.tenants.state();
-    let (reconciles, noop_secs) = noop_pass(&fleet).await;
+    let (reconciles, noop_secs) = noop_pass(&fleet, RUNS).await;
     let noop_writes = c.log.count(is_counted_write) as f64 / RUNS as f64;
     let noop_requests = c.log.len() as f64 / RUNS as f64;
 
@@ -129,12 +129,12 @@ async fn to_fixpoint(fleet: &Fleet) -> usize {
 }
 
 /// Every cached run and tenant reconciled once more, where each finds nothing to do: (how many
-/// reconciles a pass makes, the best pass's seconds of [`RUNS`]).
-async fn noop_pass(fleet: &Fleet) -> (f64, f64) {
+/// reconciles a pass makes, the best pass's seconds of `passes`).
+async fn noop_pass(fleet: &Fleet, passes: usize) -> (f64, f64) {
     let c = &fleet.cluster;
     let runs = c.ctx.stores.runjobs.state();
     let tenants = c.ctx.stores.tenants.state();
-    let secs = best_of(RUNS, || async {
+    let secs = best_of(passes, || async {
         for r in &runs {
             runjob::reconcile(Arc::clone(r), c.ctx.clone())
                 .await
@@ -150,13 +150,13 @@ async fn noop_pass(fleet: &Fleet) -> (f64, f64) {
     ((runs.len() + tenants.len()) as f64, secs)
 }
 
-/// No-op reconciles per second at `n` tenants + `n` runs (what `bench noop-rate` prints): the
-/// figure the static build is compared on.
-pub async fn noop_rate(n: usize) -> f64 {
+/// No-op reconciles per second at `n` tenants + `n` runs, the best of `passes` (what `bench
+/// noop-rate` prints): the figure the static build is compared on.
+pub async fn noop_rate(n: usize, passes: usize) -> f64 {
     let fleet = Fleet::with_provision_runs(n).await;
     to_fixpoint(&fleet).await;
     fleet.cluster.sync_stores().await;
-    let (reconciles, secs) = noop_pass(&fleet).await;
+    let (reconciles, secs) = noop_pass(&fleet, passes).await;
     reconciles / secs
 }
 
