@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod digest;
 pub mod flags;
 pub mod image;
 pub mod install;

@@ -374,6 +374,8 @@ fn install_dry_run_renders_the_bundle_without_a_cluster() {
             "ConfigMap sentry-tenants",
             "Deployment sentry-tenants",
             "Service sentry-tenants",
+            "ClusterRole sentry-tenants:tenants-prod:credential-copies",
+            "ClusterRole sentry-tenants:tenants-prod:credential-consent",
         ]
     );
     assert!(yaml.contains("namespace: \"tenants-prod\""));

@@ -559,3 +559,45 @@ mod tests {
         );
     }
 }
+
+#[derive(Args, Debug)]
+pub struct GrantCredentialsArgs {
+    /// The namespace the applications run in, where the copies of their credentials go.
+    pub target: String,
+    /// The install's namespace.
+    #[arg(long, short = 'n', default_value = crate::flags::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// Apply the RoleBindings now, as you: RBAC lets only someone who may write Secrets in the
+    /// target namespace do so.
+    #[arg(long, conflicts_with = "revoke")]
+    pub apply: bool,
+    /// Remove them: no new copy is written there (those made stay until their tenants or entries go).
+    #[arg(long)]
+    pub revoke: bool,
+}
+
+/// `grant-credentials`: print the consent bindings (for the namespace's owner to apply), or apply
+/// or remove them.
+pub async fn run_grant_credentials(args: GrantCredentialsArgs) -> anyhow::Result<()> {
+    use crate::install::consent;
+    ValueError::check_namespace(&args.namespace)?;
+    ValueError::check_namespace(&args.target)?;
+    let (install_ns, target) = (args.namespace.as_str(), args.target.as_str());
+    if !args.apply && !args.revoke {
+        print!("{}", consent::bindings_yaml(install_ns, target));
+        return Ok(());
+    }
+    let client = crate::cluster::connect().await?;
+    if args.revoke {
+        consent::revoke(&client, install_ns, target).await?;
+        eprintln!(
+            "Namespace {target} no longer consents to credential copies from the install in {install_ns}."
+        );
+    } else {
+        consent::grant(&client, install_ns, target).await?;
+        eprintln!(
+            "Namespace {target} consents to credential copies from the install in {install_ns}: tenants that list it get their copies there."
+        );
+    }
+    Ok(())
+}

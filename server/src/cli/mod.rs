@@ -45,6 +45,9 @@ pub enum Command {
     /// Open the dashboard: through a port-forward to an operator pod (acting as the operator's
     /// ServiceAccount), or with --local served here, acting as you (your RBAC, your audit trail).
     Dashboard(commands::DashboardArgs),
+    /// Let tenants' credentials be copied into a namespace (spec.credentials.copies): print the two
+    /// RoleBindings by which its owner consents, or apply (--apply) or remove (--revoke) them as you.
+    GrantCredentials(commands::GrantCredentialsArgs),
     /// Print the Tenant and RunJob CustomResourceDefinitions as YAML.
     Crd,
     /// The operator image, made from this binary: export it as an archive, or push it to a registry,
@@ -96,6 +99,9 @@ pub fn main() -> std::process::ExitCode {
             Err(e) => Err(e),
         },
         Command::Dashboard(args) => runtime().block_on(commands::run_dashboard(args)),
+        Command::GrantCredentials(args) => {
+            runtime().block_on(commands::run_grant_credentials(args))
+        }
         Command::ProvisionTenant(args) => runtime().block_on(crate::provision::main(*args)),
         Command::Run(args) => runtime().block_on(crate::operator::run(*args)),
     };

@@ -40,9 +40,7 @@ impl Blob {
 
 /// `sha256:<hex>` of `bytes`: a content address, as registries and runtimes name documents.
 pub fn sha256(bytes: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    format!("sha256:{}", crate::digest::sha256_hex(bytes))
 }
 
 /// The operator image: one layer, its config and the manifest naming both.

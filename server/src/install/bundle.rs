@@ -44,13 +44,19 @@ pub struct Values {
     pub version: String,
 }
 
-/// Label on the cluster-scoped objects of an install (its aggregated ClusterRoles): which install's.
+/// Label on the cluster-scoped objects of an install (its ClusterRoles): which install's.
 pub const INSTALL_NAMESPACE: &str = "sentry.io/install-namespace";
 
+/// The name of one of the ClusterRoles of the install in `namespace`: `view` and `edit` (aggregated),
+/// `credential-copies` and `credential-consent` (bound where a namespace consents to copies).
+pub fn cluster_role(namespace: &str, what: &str) -> String {
+    format!("sentry-tenants:{namespace}:{what}")
+}
+
 impl Values {
-    /// The name of the aggregated ClusterRole for `verb` (`view` or `edit`) of this install.
-    pub fn aggregated_role(&self, verb: &str) -> String {
-        format!("sentry-tenants:{}:{verb}", self.namespace)
+    /// [`cluster_role`] of this install, for the templates.
+    pub fn cluster_role(&self, what: &str) -> String {
+        cluster_role(&self.namespace, what)
     }
 
     /// Checks every value before it gets near a template; the templates also quote every value.
@@ -144,7 +150,7 @@ impl Values {
             read_only_dashboard: self.read_only_dashboard,
             version: &self.version,
         };
-        crate::provision::sha256_hex(&settings.render().expect("the ConfigMap renders"))
+        crate::digest::sha256_hex(settings.render().expect("the ConfigMap renders"))
     }
 }
 
@@ -390,8 +396,8 @@ pub(crate) mod tests {
             let yaml = v.render_yaml();
             let n = check_all(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
             assert_eq!(
-                n, 12,
-                "2 CRDs, Namespace, 2 ServiceAccounts, 2 Roles, 2 RoleBindings, ConfigMap, Deployment, Service\n{yaml}"
+                n, 14,
+                "2 CRDs, Namespace, 2 ServiceAccounts, 2 Roles, 2 RoleBindings, ConfigMap, Deployment, Service, 2 ClusterRoles\n{yaml}"
             );
         }
     }

@@ -94,6 +94,8 @@ pub async fn preflight(client: &Client, namespace: &str, admin_secret: &str) -> 
         ),
         ("create", "", "serviceaccounts", Some(namespace)),
         ("create", "apps", "deployments", Some(namespace)),
+        // The two consent ClusterRoles (manifests/credentials.yaml).
+        ("create", "rbac.authorization.k8s.io", "clusterroles", None),
     ];
     for (verb, group, resource, ns) in reviews {
         out.push(access_line(client, verb, group, resource, ns).await);

@@ -927,13 +927,7 @@ fn would_rotate(name: &TenantName, ids: &TenantIdents) -> ProvisionError {
     }
 }
 
-pub fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use crate::digest::sha256_hex;
 
 impl ProvisionArgs {
     /// The install's prefix: the one given, or the one its namespace derives.
@@ -1080,28 +1074,5 @@ mod tests {
             on_cluster > super::clickhouse::DISTRIBUTED_DDL_TIMEOUT,
             "{on_cluster:?}"
         );
-    }
-
-    /// Known answers from an independent tool, `printf '%s' '<input>' | sha256sum` (GNU coreutils), so
-    /// the hash ClickHouse stores is pinned to SHA-256 itself, not to this function.
-    #[test]
-    fn password_hashes_are_sha256_as_coreutils_computes_it() {
-        for (input, coreutils) in [
-            (
-                "",
-                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            ),
-            (
-                "abc",
-                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-            ),
-            (
-                // A password of the shape the provisioner generates: 32 random bytes as hex.
-                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                "a8ae6e6ee929abea3afcfc5258c8ccd6f85273e0d4626d26c7279f3250f77c8e",
-            ),
-        ] {
-            assert_eq!(super::sha256_hex(input), coreutils, "{input:?}");
-        }
     }
 }

@@ -9,6 +9,7 @@
 //! runtimes, as `sentry-tenants run` does.
 
 mod api_rules;
+mod consent;
 mod drill;
 mod image;
 mod install;

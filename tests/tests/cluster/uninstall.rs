@@ -2,6 +2,7 @@
 //! namespace that install did not create.
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use sentry_tenants::controller::tenant::new_run_job;
@@ -46,6 +47,15 @@ async fn uninstall_leaves_another_installs_runjobs_and_a_namespace_it_did_not_cr
         "another install's RunJob lost its finalizer"
     );
     assert!(report.released_finalizers.is_empty(), "{report:#?}");
+
+    // This install's consent ClusterRoles go; the other install's stay.
+    let roles: Api<ClusterRole> = Api::all(mine.admin.clone());
+    for what in ["credential-copies", "credential-consent"] {
+        let gone = format!("sentry-tenants:{}:{what}", mine.ns);
+        let kept = format!("sentry-tenants:{}:{what}", other.ns);
+        assert!(roles.get_opt(&gone).await.unwrap().is_none(), "{gone}");
+        assert!(roles.get_opt(&kept).await.unwrap().is_some(), "{kept}");
+    }
 
     let namespaces: Api<Namespace> = Api::all(mine.admin.clone());
     let ns = namespaces.get(&mine.ns).await.unwrap();

@@ -1,6 +1,6 @@
 //! The rendered bundle's RBAC and Pod Security, checked as exact rule sets: loosening either fails here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
@@ -156,9 +156,18 @@ fn aggregate_to_view_edit_adds_exactly_two_cluster_roles_that_read_and_edit_tena
         .filter(|doc| !doc.is_null())
         .map(|doc| format!("{} {}", doc["kind"], doc["metadata"]["name"]))
         .collect();
-    assert_eq!(objects.len(), 14, "{objects:#?}");
+    assert_eq!(objects.len(), 16, "{objects:#?}");
     assert_eq!(docs.len(), objects.len(), "the bundle's parser agrees");
-    let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    let roles: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .filter(|d| {
+            !d["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .contains(":credential-")
+        })
+        .collect();
     assert!(docs.iter().all(|d| d["kind"] != "ClusterRoleBinding"));
     let summary: Vec<(String, Vec<String>, BTreeSet<String>)> = roles
         .iter()
@@ -207,10 +216,52 @@ fn aggregate_to_view_edit_adds_exactly_two_cluster_roles_that_read_and_edit_tena
     );
 }
 
+/// The only ClusterRoles by default are the two a namespace binds to consent to credential copies
+/// (see `install::consent`): the provisioner's write on Secrets, the operator's access reviews. No
+/// ClusterRoleBinding: they grant nothing until a namespace's owner binds them there.
 #[test]
-fn no_cluster_roles_and_no_wildcards_anywhere() {
+fn no_cluster_role_binding_no_wildcards_and_only_the_consent_roles_cluster_wide() {
+    let cluster_roles: BTreeMap<String, BTreeSet<String>> = docs(false)
+        .into_iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .map(|d| {
+            let role: ClusterRole = serde_json::from_value(d).unwrap();
+            (role.metadata.name.unwrap(), grants(&role.rules.unwrap()))
+        })
+        .collect();
+    let set = |grants: &[&str]| {
+        grants
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(
+        cluster_roles,
+        BTreeMap::from([
+            (
+                "sentry-tenants:sentry-tenants:credential-consent".to_owned(),
+                set(&["authorization.k8s.io/localsubjectaccessreviews[]:create"])
+            ),
+            (
+                "sentry-tenants:sentry-tenants:credential-copies".to_owned(),
+                set(&[
+                    "/secrets[]:create",
+                    "/secrets[]:delete",
+                    "/secrets[]:get",
+                    "/secrets[]:patch",
+                    "/secrets[]:update"
+                ])
+            ),
+        ])
+    );
+    // The names `grant-credentials` binds.
+    let bound: BTreeSet<String> =
+        sentry_tenants::install::consent::bindings("sentry-tenants", "shop")
+            .into_iter()
+            .map(|b| b.role_ref.name)
+            .collect();
+    assert_eq!(bound, cluster_roles.keys().cloned().collect());
     for d in docs(false) {
-        assert_ne!(d["kind"], "ClusterRole");
         assert_ne!(d["kind"], "ClusterRoleBinding");
         if d["kind"] == "Role" {
             let text = serde_json::to_string(&d["rules"]).unwrap();

@@ -33,7 +33,8 @@ pub fn phase(suspended: bool, database: Option<&str>, runs: ProvisionRuns) -> Te
 /// The part of the status this controller owns: phase, observedGeneration and conditions. Every other
 /// field is left out (the provisioner and the RunJob controller write those); see [`owned_status`].
 pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> TenantStatus {
-    let current = tenant.status.clone().unwrap_or_default();
+    let none = TenantStatus::default();
+    let current = tenant.status.as_ref().unwrap_or(&none);
     let database = current
         .click_house_database_name
         .as_deref()
@@ -47,7 +48,7 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
     };
     let generation = tenant.metadata.generation;
 
-    let mut desired = owned_status(&current);
+    let mut desired = owned_status(current);
     desired.phase = Some(phase);
     desired.observed_generation = generation;
 
