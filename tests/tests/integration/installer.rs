@@ -65,7 +65,14 @@ async fn install_applies_crds_first_waits_for_them_then_the_rest_and_the_rollout
         () = c.play_deployment_controller() => unreachable!("plays the controller until the install ends"),
     };
     let report = report.unwrap();
-    assert_eq!(report.applied.len(), 12, "{:#?}", report.applied);
+    assert_eq!(report.applied.len(), 14, "{:#?}", report.applied);
+    assert!(
+        report.applied[12..]
+            .iter()
+            .all(|a| a.starts_with("ClusterRole sentry-tenants:sentry-tenants:credential-")),
+        "the two consent roles: {:#?}",
+        report.applied
+    );
     assert!(report.applied[0].starts_with("CustomResourceDefinition tenants.sentry.io"));
     assert!(report.applied[1].starts_with("CustomResourceDefinition runjobs.sentry.io"));
     assert_eq!(report.applied[2], "Namespace sentry-tenants");

@@ -246,8 +246,8 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
     assert!(all_passed(&lines), "{lines:#?}");
     assert_eq!(
         lines.len(),
-        9,
-        "reachable, version, six access reviews, the admin Secret"
+        10,
+        "reachable, version, seven access reviews, the admin Secret"
     );
     assert!(
         lines[0]
