@@ -39,16 +39,11 @@ fn binding(install: &str, namespace: &str, role: &str, account: &str) -> RoleBin
             // The role's name: unique per install and purpose, and says what it grants.
             name: Some(role.clone()),
             namespace: Some(namespace.to_owned()),
-            labels: Some(
-                [
-                    ("app.kubernetes.io/managed-by", "sentry-tenants"),
-                    ("app.kubernetes.io/part-of", "sentry-tenants"),
-                    (INSTALL_NAMESPACE, install),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            ),
+            labels: Some({
+                let mut labels = crate::labels::of_component("credential-consent");
+                labels.insert(INSTALL_NAMESPACE.to_owned(), install.to_owned());
+                labels
+            }),
             ..ObjectMeta::default()
         },
         role_ref: RoleRef {
