@@ -4,10 +4,15 @@
 //! when the two drift apart.
 
 mod condition;
+mod credentials;
 mod runjob;
 mod tenant;
 
 pub use condition::{Condition, ConditionStatus, set_condition};
+pub use credentials::{
+    AnnotationValue, CopyState, CopyStatus, CredentialsCopy, CredentialsSpec, LabelValue,
+    MAX_COPIES,
+};
 pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,
 };

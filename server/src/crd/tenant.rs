@@ -3,6 +3,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::credentials::{CopyStatus, CredentialsCopy, CredentialsSpec, MAX_COPIES};
 use super::{Condition, RunAction, RunPhase};
 use crate::limits::{
     MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR, MEMORY_PATTERN,
@@ -67,6 +68,9 @@ pub struct TenantSpec {
     /// named after the tenant and assigned to its user. Absent (or empty): no limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<TenantLimits>,
+    /// Where copies of the credentials go (see `CredentialsSpec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsSpec>,
 }
 
 /// Per-tenant limits; each is optional (absent: unlimited) and bounded.
@@ -142,6 +146,7 @@ impl Default for TenantSpec {
             reclaim_policy: ReclaimPolicy::default(),
             rotation_grace_period: default_rotation_grace_period(),
             limits: None,
+            credentials: None,
         }
     }
 }
@@ -172,6 +177,14 @@ impl TenantSpec {
     /// The limits the spec asks for; absent and empty are the same: none.
     pub fn limits(&self) -> TenantLimits {
         self.limits.clone().unwrap_or_default()
+    }
+
+    /// The copies of the credentials the spec asks for.
+    pub fn credential_copies(&self) -> &[CredentialsCopy] {
+        self.credentials
+            .as_ref()
+            .map(|c| c.copies.as_slice())
+            .unwrap_or_default()
     }
 
     /// `rotationGracePeriod` as a duration; the schema admits only what parses, so anything else (an
@@ -293,6 +306,15 @@ pub struct TenantStatus {
     /// limits); behind `metadata.generation` while a run is bringing ClickHouse up to date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synced_generation: Option<i64>,
+    /// Written only by the provisioner, with the credentials Secret: the SHA-256 of what a copy of it
+    /// holds (never a value), so a copy can be seen to be up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_hash: Option<String>,
+    /// Written only by the provisioner: where each copy of the credentials stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_COPIES))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "secretName"]))]
+    pub credential_copies: Vec<CopyStatus>,
     /// Finished runs, newest first, kept after their RunJobs are cleaned up. Written only by the RunJob controller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = HISTORY_LIMIT))]

@@ -1,0 +1,122 @@
+//! `spec.credentials` of a Tenant: where copies of its credentials Secret go, for the applications
+//! that run in other namespaces; and `status.credentialCopies`, what the provisioner delivered.
+//!
+//! A copy is written only where the namespace's owner consented: a RoleBinding in that namespace
+//! that lets the provisioner write Secrets there (`sentry-tenants grant-credentials NAMESPACE`).
+//! Nothing needs cluster-wide access to Secrets.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::names::DNS_LABEL_PATTERN;
+
+/// Copies one Tenant may ask for.
+pub const MAX_COPIES: usize = 16;
+/// Labels, and annotations, one copy may add.
+pub const MAX_COPY_METADATA: usize = 16;
+/// The longest annotation value a copy may carry (Kubernetes allows 256 KiB for all of them; a copy's
+/// are for tools like Reloader, which need a few words).
+pub const MAX_ANNOTATION_VALUE: usize = 1024;
+
+/// A label's or annotation's key: an optional DNS subdomain prefix and `/`, then a name of at most
+/// 63 characters (Kubernetes' qualified name).
+pub const QUALIFIED_NAME_PATTERN: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// A label's value: empty, or up to 63 letters, digits, `-`, `_`, `.`, starting and ending alphanumeric.
+pub const LABEL_VALUE_PATTERN: &str = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
+/// A Secret's name: a DNS subdomain.
+pub const SECRET_NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsSpec {
+    /// Copies of the credentials Secret in other namespaces, kept equal to it (rotations included)
+    /// and deleted with the Tenant or the entry. A namespace gets its copy once its owner consents:
+    /// `sentry-tenants grant-credentials NAMESPACE`; until then the Tenant's `CredentialsDelivered`
+    /// condition names it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_COPIES))]
+    #[x_kube(validation = Rule::new(
+        "self.all(c, self.filter(d, d.namespace == c.namespace && d.secretName == c.secretName).size() == 1)"
+    ).message("each copy needs its own namespace and secretName"))]
+    pub copies: Vec<CredentialsCopy>,
+}
+
+/// One copy of the credentials Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsCopy {
+    /// The namespace the application runs in.
+    #[schemars(length(min = 1, max = 63), pattern(DNS_LABEL_PATTERN))]
+    pub namespace: String,
+    /// The copy's name in that namespace, e.g. the name the application's Deployment mounts.
+    #[schemars(length(min = 1, max = 253), pattern(SECRET_NAME_PATTERN))]
+    pub secret_name: String,
+    /// Labels the copy carries besides the operator's own (which these may not name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_COPY_METADATA))]
+    #[x_kube(validation = Rule::new(
+        "self.all(k, k.size() <= 253 && k.matches(\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$\") && !k.startsWith('sentry.io/') && k != 'app.kubernetes.io/managed-by')"
+    ).message("label keys must be qualified names (prefix/name), not sentry.io/ ones or app.kubernetes.io/managed-by"))]
+    pub labels: BTreeMap<String, LabelValue>,
+    /// Annotations the copy carries, e.g. for a tool that restarts the application on a change.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_COPY_METADATA))]
+    #[x_kube(validation = Rule::new(
+        "self.all(k, k.size() <= 253 && k.matches(\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$\") && !k.startsWith('sentry.io/'))"
+    ).message("annotation keys must be qualified names (prefix/name), not sentry.io/ ones"))]
+    pub annotations: BTreeMap<String, AnnotationValue>,
+}
+
+impl CredentialsCopy {
+    /// What [`CopyStatus::entry_hash`] records: the SHA-256 (hex) of this entry as JSON, whose maps
+    /// are ordered, so equal entries hash alike.
+    pub fn entry_hash(&self) -> String {
+        crate::digest::sha256_hex(serde_json::to_vec(self).expect("strings and maps serialize"))
+    }
+}
+
+/// A label value of a copy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(transparent)]
+pub struct LabelValue(#[schemars(length(max = 63), pattern(LABEL_VALUE_PATTERN))] pub String);
+
+/// An annotation value of a copy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(transparent)]
+pub struct AnnotationValue(#[schemars(length(max = MAX_ANNOTATION_VALUE))] pub String);
+
+/// Where one copy stands, as the provisioner last found it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum CopyState {
+    /// The copy holds the credentials whose hash `credentialsHash` names.
+    Delivered,
+    /// The namespace's owner has not let the provisioner write Secrets there.
+    NoConsent,
+    /// A Secret of that name exists and is not this tenant's copy: left alone.
+    Conflict,
+    /// The write failed for another reason (the message says which).
+    Failed,
+}
+
+/// What the provisioner did with one copy (written by it alone, after each run that writes copies).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyStatus {
+    pub namespace: String,
+    pub secret_name: String,
+    pub state: CopyState,
+    /// The SHA-256 of the spec entry it was written for ([`CredentialsCopy::entry_hash`]): a change
+    /// of its labels or annotations makes it out of date.
+    pub entry_hash: String,
+    /// The SHA-256 of the credentials the copy holds (of their keys and values, see
+    /// `provision::copies`): equal to `status.credentialsHash` when it is up to date. Never a value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    pub at: Time,
+}
