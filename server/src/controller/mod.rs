@@ -3,6 +3,7 @@
 
 pub mod attempts;
 mod backoff;
+pub mod consent;
 pub mod job;
 mod run_index;
 pub mod runjob;
@@ -77,6 +78,8 @@ pub struct Context {
     pub backoff: Arc<ErrorBackoff>,
     /// The cap on runs in flight (`--max-concurrent-runs`).
     pub slots: Arc<slots::RunSlots>,
+    /// Which namespaces consent to copies of credentials (rule 9).
+    pub consents: Arc<consent::ConsentChecks>,
 }
 
 impl Context {
@@ -95,6 +98,11 @@ impl Context {
         let recorder = Recorder::new(client.clone(), reporter);
         Self {
             slots: slots::RunSlots::new(config.max_concurrent_runs),
+            consents: Arc::new(consent::ConsentChecks::new(
+                client.clone(),
+                &config.shared.namespace,
+                &config.provisioner_service_account,
+            )),
             client,
             config,
             stores,

@@ -38,10 +38,9 @@ pub struct CredentialsSpec {
     /// `sentry-tenants grant-credentials NAMESPACE`; until then the Tenant's `CredentialsDelivered`
     /// condition names it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A list keyed by (namespace, secretName): the apiserver refuses two entries for one place.
     #[schemars(length(max = MAX_COPIES))]
-    #[x_kube(validation = Rule::new(
-        "self.all(c, self.filter(d, d.namespace == c.namespace && d.secretName == c.secretName).size() == 1)"
-    ).message("each copy needs its own namespace and secretName"))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "secretName"]))]
     pub copies: Vec<CredentialsCopy>,
 }
 
@@ -58,17 +57,25 @@ pub struct CredentialsCopy {
     /// Labels the copy carries besides the operator's own (which these may not name).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = MAX_COPY_METADATA))]
-    #[x_kube(validation = Rule::new(
-        "self.all(k, k.size() <= 253 && k.matches(\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$\") && !k.startsWith('sentry.io/') && k != 'app.kubernetes.io/managed-by')"
-    ).message("label keys must be qualified names (prefix/name), not sentry.io/ ones or app.kubernetes.io/managed-by"))]
+    #[x_kube(validation = keys_rule(" && k != 'app.kubernetes.io/managed-by'")
+        .message("label keys must be qualified names (prefix/name), not sentry.io/ ones or app.kubernetes.io/managed-by"))]
     pub labels: BTreeMap<String, LabelValue>,
     /// Annotations the copy carries, e.g. for a tool that restarts the application on a change.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = MAX_COPY_METADATA))]
-    #[x_kube(validation = Rule::new(
-        "self.all(k, k.size() <= 253 && k.matches(\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$\") && !k.startsWith('sentry.io/'))"
-    ).message("annotation keys must be qualified names (prefix/name), not sentry.io/ ones"))]
+    #[x_kube(validation = keys_rule("")
+        .message("annotation keys must be qualified names (prefix/name), not sentry.io/ ones"))]
     pub annotations: BTreeMap<String, AnnotationValue>,
+}
+
+/// The CEL rule a map of a copy's labels or annotations follows: every key a qualified name of at
+/// most 253 characters, none of ours (`sentry.io/`), and `extra`.
+fn keys_rule(extra: &str) -> kube::core::Rule {
+    // CEL string literals take backslash escapes, so the pattern's own backslashes are doubled.
+    let pattern = QUALIFIED_NAME_PATTERN.replace('\\', "\\\\");
+    kube::core::Rule::new(format!(
+        "self.all(k, k.size() <= 253 && k.matches('{pattern}') && !k.startsWith('sentry.io/'){extra})"
+    ))
 }
 
 impl CredentialsCopy {
@@ -88,6 +95,27 @@ pub struct LabelValue(#[schemars(length(max = 63), pattern(LABEL_VALUE_PATTERN))
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 #[serde(transparent)]
 pub struct AnnotationValue(#[schemars(length(max = MAX_ANNOTATION_VALUE))] pub String);
+
+/// `status.credentials`: written by the provisioner alone, in the same status write as the rest of
+/// its report, by every run that writes the credentials Secret or its copies (Provision, Rotate,
+/// Revoke, Deliver).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsStatus {
+    /// The SHA-256 of what a copy holds (the credentials' keys and values), so a copy can be seen to
+    /// be up to date. Never a value.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hash: String,
+    /// The RunJob whose run wrote this report: until the tenant shows the report of its newest
+    /// finished run, the reconciler waits rather than start another run from an older picture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
+    /// Where each copy stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_COPIES))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "secretName"]))]
+    pub copies: Vec<CopyStatus>,
+}
 
 /// Where one copy stands, as the provisioner last found it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
@@ -109,11 +137,11 @@ pub struct CopyStatus {
     pub namespace: String,
     pub secret_name: String,
     pub state: CopyState,
-    /// The SHA-256 of the spec entry it was written for ([`CredentialsCopy::entry_hash`]): a change
-    /// of its labels or annotations makes it out of date.
+    /// The SHA-256 of the spec entry it was written for: a change of its labels or annotations makes
+    /// it out of date.
     pub entry_hash: String,
-    /// The SHA-256 of the credentials the copy holds (of their keys and values, see
-    /// `provision::copies`): equal to `status.credentialsHash` when it is up to date. Never a value.
+    /// The SHA-256 of the credentials the copy holds: equal to `status.credentials.hash` when it is
+    /// up to date. Never a value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_hash: Option<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -10,8 +10,8 @@ mod tenant;
 
 pub use condition::{Condition, ConditionStatus, set_condition};
 pub use credentials::{
-    AnnotationValue, CopyState, CopyStatus, CredentialsCopy, CredentialsSpec, LabelValue,
-    MAX_COPIES,
+    AnnotationValue, CopyState, CopyStatus, CredentialsCopy, CredentialsSpec, CredentialsStatus,
+    LabelValue, MAX_COPIES,
 };
 pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,

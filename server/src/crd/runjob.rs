@@ -18,7 +18,7 @@ use crate::names::{MAX_TENANT_NAME, TENANT_NAME_PATTERN};
     category = "sentry",
     derive = "PartialEq",
     derive = "Default",
-    doc = "One run of Provision, Suspend, Resume, Rotate, Revoke, SetLimits or Deprovision for a tenant, carried out by the Job it controls.",
+    doc = "One run of Provision, Suspend, Resume, Rotate, Revoke, SetLimits, Deliver or Deprovision for a tenant, carried out by the Job it controls.",
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
@@ -100,11 +100,14 @@ pub enum RunAction {
     Revoke,
     /// Makes ClickHouse enforce the tenant's `spec.limits` (its settings profile and quota); made by
     /// the Tenant controller when the limits change.
-    SetLimits,
+    SetLimits,    /// Writes the copies of the tenant's credentials Secret that `spec.credentials.copies` asks for
+    /// (and deletes those it no longer asks for); made by the Tenant controller when a copy is out of
+    /// date and its namespace consents. Never touches ClickHouse.
+    Deliver,
 }
 
 impl RunAction {
-    pub const ALL: [RunAction; 7] = [
+    pub const ALL: [RunAction; 8] = [
         Self::Provision,
         Self::Suspend,
         Self::Resume,
@@ -112,6 +115,7 @@ impl RunAction {
         Self::Rotate,
         Self::Revoke,
         Self::SetLimits,
+        Self::Deliver,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -123,6 +127,7 @@ impl RunAction {
             Self::Rotate => "Rotate",
             Self::SetLimits => "SetLimits",
             Self::Revoke => "Revoke",
+            Self::Deliver => "Deliver",
         }
     }
 }

@@ -3,7 +3,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::credentials::{CopyStatus, CredentialsCopy, CredentialsSpec, MAX_COPIES};
+use super::credentials::{CredentialsCopy, CredentialsSpec, CredentialsStatus};
 use super::{Condition, RunAction, RunPhase};
 use crate::limits::{
     MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR, MEMORY_PATTERN,
@@ -68,7 +68,7 @@ pub struct TenantSpec {
     /// named after the tenant and assigned to its user. Absent (or empty): no limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<TenantLimits>,
-    /// Where copies of the credentials go (see `CredentialsSpec`).
+    /// Copies of the credentials Secret for applications in other namespaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsSpec>,
 }
@@ -306,15 +306,10 @@ pub struct TenantStatus {
     /// limits); behind `metadata.generation` while a run is bringing ClickHouse up to date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synced_generation: Option<i64>,
-    /// Written only by the provisioner, with the credentials Secret: the SHA-256 of what a copy of it
-    /// holds (never a value), so a copy can be seen to be up to date.
+    /// Written only by the provisioner, by every run that writes the credentials Secret or its
+    /// copies: what they hold (by hash, never a value) and where each copy stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials_hash: Option<String>,
-    /// Written only by the provisioner: where each copy of the credentials stands.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_COPIES))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "secretName"]))]
-    pub credential_copies: Vec<CopyStatus>,
+    pub credentials: Option<CredentialsStatus>,
     /// Finished runs, newest first, kept after their RunJobs are cleaned up. Written only by the RunJob controller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = HISTORY_LIMIT))]

@@ -90,6 +90,8 @@ pub enum ProvisionError {
         "Secret {secret} has no usable `password` key; delete it and re-run with --rotate to issue new credentials"
     )]
     BadSecret { secret: String },
+    #[error("not every copy of the credentials could be written: {detail}")]
+    CopiesUndelivered { detail: String },
     #[error("Kubernetes API: cannot {action}: {detail}")]
     Kubernetes { action: String, detail: String },
     #[error("cannot generate a password: the system's random source failed")]

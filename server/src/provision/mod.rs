@@ -7,6 +7,7 @@
 //! is always reused; a user whose Secret is gone is an error, never a silent rotation.
 
 pub mod clickhouse;
+pub mod copies;
 pub mod error;
 pub mod ownership;
 pub mod rotation;
@@ -180,6 +181,12 @@ pub enum Outcome {
     LimitsSet {
         limits: TenantLimits,
     },
+    /// A Deliver run: every copy the tenant asks for holds its credentials; `removed` copies it no
+    /// longer asks for were deleted.
+    Delivered {
+        copies: usize,
+        removed: usize,
+    },
 }
 
 impl Outcome {
@@ -281,6 +288,18 @@ impl Outcome {
             Self::LimitsSet { limits } => {
                 format!("ClickHouse enforces {}", limits.describe())
             }
+            Self::Delivered { copies, removed } => format!(
+                "{} of the credentials up to date{}",
+                match copies {
+                    1 => "1 copy".to_owned(),
+                    n => format!("{n} copies"),
+                },
+                match removed {
+                    0 => String::new(),
+                    1 => "; 1 copy no longer asked for deleted".to_owned(),
+                    n => format!("; {n} copies no longer asked for deleted"),
+                }
+            ),
         }
     }
 }
@@ -333,6 +352,61 @@ impl<C: ClickHouse> Provisioner<C> {
                     .await
             }
             RunAction::SetLimits => self.set_limits(name, &tenant, &ids).await,
+            RunAction::Deliver => self.deliver(name, &tenant).await,
+        }
+    }
+
+    /// A Deliver run: the copies brought up to the credentials on file (ClickHouse is not
+    /// contacted), reported; a copy it could not write makes the run fail after the report, so the
+    /// reconciler's next attempt waits its backoff.
+    async fn deliver(&self, name: &TenantName, tenant: &Tenant) -> Result<Outcome, ProvisionError> {
+        require_provisioned(name, tenant)?;
+        let before = reported_copies(tenant).len();
+        let credentials = self.deliver_copies(name, tenant).await?;
+        self.sync
+            .report_credentials(name, tenant, &credentials)
+            .await?;
+        if let Some(detail) = copies::undelivered(&credentials.copies) {
+            return Err(ProvisionError::CopiesUndelivered { detail });
+        }
+        let copies = credentials.copies.len();
+        Ok(Outcome::Delivered {
+            copies,
+            removed: before.saturating_sub(copies),
+        })
+    }
+
+    /// Brings the copies the tenant asks for up to its credentials Secret, deletes the ones it no
+    /// longer asks for, and returns the report for `status.credentials` (not written here: each
+    /// run writes it with the rest of its report).
+    async fn deliver_copies(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<crate::crd::CredentialsStatus, ProvisionError> {
+        let source = self
+            .sync
+            .credentials_secret(name)
+            .await?
+            .ok_or(ProvisionError::BadSecret {
+                secret: name.credentials_secret(),
+            })?;
+        let data = copies::copied_data(&source);
+        let hash = copies::credentials_hash(&tenant.uid().unwrap_or_default(), &data);
+        let previous = reported_copies(tenant);
+        let copies = if tenant.spec.credential_copies().is_empty() && previous.is_empty() {
+            Vec::new()
+        } else {
+            self.copier().deliver(tenant, &data, &hash, previous).await
+        };
+        Ok(copies::report(hash, self.sync.run(), copies))
+    }
+
+    fn copier(&self) -> copies::Copier<'_> {
+        copies::Copier {
+            client: self.sync.client(),
+            install_namespace: self.sync.namespace(),
+            now: self.clock.now(),
         }
     }
 
@@ -354,7 +428,7 @@ impl<C: ClickHouse> Provisioner<C> {
             limits: Some(&limits),
         };
         self.sync
-            .report(name, ids.database.as_str(), tenant, enforces)
+            .report(name, ids.database.as_str(), tenant, enforces, None)
             .await?;
         Ok(Outcome::LimitsSet { limits })
     }
@@ -394,6 +468,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 &kept,
             )
             .await?;
+        self.deliver_and_report(name, tenant).await?;
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
         }
@@ -422,6 +497,7 @@ impl<C: ClickHouse> Provisioner<C> {
         self.sync
             .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &new, &[])
             .await?;
+        self.deliver_and_report(name, tenant).await?;
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
         }
@@ -429,6 +505,19 @@ impl<C: ClickHouse> Provisioner<C> {
             database: ids.database.as_str().to_owned(),
             queries_ended,
         })
+    }
+
+    /// Copies brought up to a Secret a rotation just changed, and `status.credentials` written:
+    /// the Secret and its copies change in one run.
+    async fn deliver_and_report(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<(), ProvisionError> {
+        let credentials = self.deliver_copies(name, tenant).await?;
+        self.sync
+            .report_credentials(name, tenant, &credentials)
+            .await
     }
 
     /// The passwords on file (the tenant's Secret must hold one) and the one a Rotate or Revoke
@@ -516,6 +605,8 @@ impl<C: ClickHouse> Provisioner<C> {
                 .filter(|(_, _, v)| !matches!(v, Verdict::Free | Verdict::Ours { .. }))
                 .map(|(kind, ident, v)| not_ours_reason(kind, ident.as_str(), v))
                 .collect();
+        let mut left_alone = left_alone;
+        left_alone.extend(self.copier().remove_all(tenant).await);
         let db_not_ours = matches!(db, Verdict::Foreign(_) | Verdict::Unproven);
         match tenant.spec.reclaim_policy {
             ReclaimPolicy::Retain => {
@@ -562,8 +653,15 @@ impl<C: ClickHouse> Provisioner<C> {
                 .existing_password(name, tenant)
                 .await?
                 .ok_or_else(|| would_rotate(name, ids))?;
+            let credentials = self.deliver_copies(name, tenant).await?;
             self.sync
-                .report(name, ids.database.as_str(), tenant, Enforces::default())
+                .report(
+                    name,
+                    ids.database.as_str(),
+                    tenant,
+                    Enforces::default(),
+                    Some(&credentials),
+                )
                 .await?;
             return Ok(Outcome::Resynced { database });
         }
@@ -646,8 +744,15 @@ impl<C: ClickHouse> Provisioner<C> {
             locked: Some(locked),
             limits: Some(&limits),
         };
+        let credentials = self.deliver_copies(name, tenant).await?;
         self.sync
-            .report(name, ids.database.as_str(), tenant, enforces)
+            .report(
+                name,
+                ids.database.as_str(),
+                tenant,
+                enforces,
+                Some(&credentials),
+            )
             .await?;
         Ok(if rotated {
             Outcome::Rotated { database }
@@ -689,7 +794,7 @@ impl<C: ClickHouse> Provisioner<C> {
             limits: None,
         };
         self.sync
-            .report(name, ids.database.as_str(), tenant, enforces)
+            .report(name, ids.database.as_str(), tenant, enforces, None)
             .await?;
         Ok(match queries_ended {
             Some(queries_ended) => Outcome::Locked { queries_ended },
@@ -896,6 +1001,16 @@ fn not_ours_reason(kind: &str, name: &str, verdict: &Verdict) -> String {
     }
 }
 
+/// The copies `status.credentials` reports.
+fn reported_copies(tenant: &Tenant) -> &[crate::crd::CopyStatus] {
+    tenant
+        .status
+        .as_ref()
+        .and_then(|s| s.credentials.as_ref())
+        .map(|c| c.copies.as_slice())
+        .unwrap_or_default()
+}
+
 fn require_provisioned(name: &TenantName, tenant: &Tenant) -> Result<(), ProvisionError> {
     if tenant.is_provisioned() {
         Ok(())
@@ -1010,7 +1125,8 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
     let provisioner = Provisioner {
         clickhouse,
         clickhouse_url: args.shared.clickhouse_url.clone(),
-        sync: TenantSync::new(client, &args.shared.namespace, &args.shared.tantivy_root),
+        sync: TenantSync::new(client, &args.shared.namespace, &args.shared.tantivy_root)
+            .for_run(args.run_id.clone()),
         rotate: args.rotate,
         cluster: args.clickhouse_cluster.clone(),
         prefix: args.prefix(),

@@ -515,6 +515,10 @@ pub fn plan(
     password_sha256_hex: &str,
     desired: &Desired,
 ) -> Vec<Statement> {
+    // A Deliver run writes Secrets only.
+    if action == RunAction::Deliver {
+        return Vec::new();
+    }
     let mut out = vec![select_version()];
     if let Some(cluster) = &ids.cluster {
         out.extend(cluster_checks(cluster));
@@ -543,6 +547,7 @@ pub fn plan(
         RunAction::Deprovision => out.push(set_locked(ids, true)),
         RunAction::Resume => out.push(set_locked(ids, false)),
         RunAction::SetLimits => out.extend(set_limits(ids, &desired.limits)),
+        RunAction::Deliver => {}
         // What a current server is sent (the time an example); an older one gets `rotate`.
         RunAction::Revoke => out.extend([rotate(ids, password_sha256_hex), end_queries(ids)]),
         RunAction::Rotate => {

@@ -10,7 +10,7 @@ use kube::{Client, Resource};
 use serde_json::json;
 
 use super::{MANAGER, Outcome, ProvisionError};
-use crate::crd::{Tenant, TenantLimits};
+use crate::crd::{CredentialsStatus, Tenant, TenantLimits};
 use crate::names::{ClickHousePrefix, TenantName};
 
 pub const PASSWORD_KEY: &str = "password";
@@ -45,6 +45,8 @@ pub struct TenantSync {
     client: Client,
     namespace: String,
     tantivy_root: String,
+    /// The RunJob this run belongs to, named in `status.credentials.writtenBy`.
+    run: Option<String>,
 }
 
 impl TenantSync {
@@ -53,11 +55,26 @@ impl TenantSync {
             client,
             namespace: namespace.to_owned(),
             tantivy_root: tantivy_root.trim_end_matches('/').to_owned(),
+            run: None,
         }
+    }
+
+    /// The same, for a run of the RunJob `run` (a run by hand has none).
+    pub fn for_run(self, run: Option<String>) -> Self {
+        Self { run, ..self }
     }
 
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The RunJob this run belongs to.
+    pub fn run(&self) -> Option<&str> {
+        self.run.as_deref()
     }
 
     fn tenants(&self) -> Api<Tenant> {
@@ -81,7 +98,7 @@ impl TenantSync {
         Ok(tenant)
     }
 
-    async fn credentials_secret(
+    pub(super) async fn credentials_secret(
         &self,
         name: &TenantName,
     ) -> Result<Option<Secret>, ProvisionError> {
@@ -363,6 +380,7 @@ impl TenantSync {
         database: &str,
         tenant: &Tenant,
         enforces: Enforces<'_>,
+        credentials: Option<&CredentialsStatus>,
     ) -> Result<(), ProvisionError> {
         let secret = name.credentials_secret();
         let index = format!("{}/{}", self.tantivy_root, name);
@@ -379,7 +397,8 @@ impl TenantSync {
                 .is_none_or(|l| status.access_locked == Some(l))
             && enforces
                 .limits
-                .is_none_or(|l| status.applied_limits.clone().unwrap_or_default() == *l);
+                .is_none_or(|l| status.applied_limits.clone().unwrap_or_default() == *l)
+            && credentials.is_none_or(|c| status.credentials.as_ref() == Some(c));
         if unchanged {
             return Ok(());
         }
@@ -396,7 +415,33 @@ impl TenantSync {
         if let Some(limits) = enforces.limits {
             fields["appliedLimits"] = limits.merge_patch_value();
         }
-        let patch = json!({ "status": fields });
+        if let Some(credentials) = credentials {
+            fields["credentials"] = credentials_patch(credentials);
+        }
+        self.patch_status(name, &json!({ "status": fields })).await
+    }
+
+    /// Writes `status.credentials` alone (a Rotate, Revoke or Deliver run's report), when it
+    /// differs from what the tenant shows.
+    pub async fn report_credentials(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        credentials: &CredentialsStatus,
+    ) -> Result<(), ProvisionError> {
+        let current = tenant.status.as_ref().and_then(|s| s.credentials.as_ref());
+        if current == Some(credentials) {
+            return Ok(());
+        }
+        let patch = json!({ "status": { "credentials": credentials_patch(credentials) } });
+        self.patch_status(name, &patch).await
+    }
+
+    async fn patch_status(
+        &self,
+        name: &TenantName,
+        patch: &serde_json::Value,
+    ) -> Result<(), ProvisionError> {
         self.tenants()
             .patch_status(
                 name.as_str(),
@@ -404,7 +449,7 @@ impl TenantSync {
                     field_manager: Some(MANAGER.into()),
                     ..Default::default()
                 },
-                &Patch::Merge(&patch),
+                &Patch::Merge(patch),
             )
             .await
             .map_err(|e| ProvisionError::kube(format!("patch tenants/{name}/status"), e))?;
@@ -428,6 +473,7 @@ impl TenantSync {
             Outcome::Retained { .. } => "Retained",
             Outcome::Dropped { .. } => "Dropped",
             Outcome::LimitsSet { .. } => "LimitsApplied",
+            Outcome::Delivered { .. } => "CredentialsDelivered",
         };
         let recorder = Recorder::new(
             self.client.clone(),
@@ -447,6 +493,16 @@ impl TenantSync {
             tracing::warn!(%error, "could not publish event");
         }
     }
+}
+
+/// `status.credentials` as a merge patch: every field set, so one absent now (no `writtenBy` for a
+/// run by hand, no copies left) is removed rather than left as it was.
+fn credentials_patch(credentials: &CredentialsStatus) -> serde_json::Value {
+    json!({
+        "hash": credentials.hash,
+        "writtenBy": credentials.written_by,
+        "copies": credentials.copies,
+    })
 }
 
 fn password_of(secret: &Secret) -> Option<String> {

@@ -18,8 +18,8 @@ pub struct ProvisionRuns {
 
 /// A finished run, from a live RunJob or from the history kept after cleanup.
 pub(super) struct Finished<'a> {
-    name: &'a str,
-    phase: RunPhase,
+    pub(super) name: &'a str,
+    pub(super) phase: RunPhase,
     message: &'a str,
     at: Option<Timestamp>,
 }

@@ -20,14 +20,22 @@
 //! 7. `status.syncedGeneration` is the newest generation whose suspension and limits ClickHouse is
 //!    known to enforce; the `LimitsEnforced` condition says where the limits stand.
 //! 8. Status is written only when it changed.
+//! 9. A provisioned tenant whose copy of its credentials (`spec.credentials.copies`) is out of date —
+//!    never written, written for other credentials or another entry, or no longer asked for — in a
+//!    namespace that consents now gets a Deliver run: one run that writes copies at a time, a failed
+//!    one retried as in rule 4. A copy whose namespace has not consented starts nothing: the
+//!    `CredentialsDelivered` condition names the namespace and the command that consents, and the
+//!    tenant looks again every minute. A conflicting Secret (not ours) waits for a person.
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
 //!
-//! The rules are pure functions of (tenant, its runs, now), one file per part: `plan.rs` (which runs
-//! to start, rules 4–6, built on `next_run.rs`), `status.rs` (rules 2, 3, 7), `reclaim.rs` (rule 1),
-//! over the facts `history.rs` reads from the runs. [`reconcile`] below only carries out what they
+//! The rules are pure functions of (tenant, its runs, the namespaces' consents, now), one file per
+//! part: `plan.rs` (which runs to start, rules 4–6 and 9, built on `next_run.rs` and `copies.rs`),
+//! `status.rs` (rules 2, 3, 7), `reclaim.rs` (rule 1), over the facts `history.rs` reads from the
+//! runs. Consents are asked of the apiserver first (`controller::consent`). [`reconcile`] below only carries out what they
 //! decide: create the runs, write the status if it changed (rule 8), wake for the soonest retry.
 
+mod copies;
 mod history;
 mod next_run;
 mod plan;
@@ -45,6 +53,7 @@ use kube::{Resource, ResourceExt};
 use super::attempts::NextRun;
 use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of, requeue_at};
 use crate::crd::{RunAction, RunJob, Tenant};
+pub use copies::{CONSENT_RECHECK, Consents, delivery_needed, out_of_date, writes_copies};
 pub use history::{ProvisionRuns, enforced_limits, enforced_lock, provision_runs};
 pub use next_run::{automatic_provision, limits_run_needed, lock_run_needed, new_run_job};
 pub use plan::{RunPlan, runs_needed};
@@ -71,8 +80,13 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         let taken: Vec<String> = all_runs.iter().map(|r| r.name_any()).collect();
         return reconcile_deleting(&tenant, runs, &taken, &ctx).await;
     }
-    // Rules 4, 6, 5: decided together, then carried out.
-    let plan = runs_needed(&tenant, &runs, now);
+    // Rule 9 needs to know whether the namespaces of out-of-date copies consent.
+    let consents = ctx
+        .consents
+        .of(&copies::namespaces_to_ask(&tenant))
+        .await?;
+    // Rules 4, 6, 5, 9: decided together, then carried out.
+    let plan = runs_needed(&tenant, &runs, &consents, now);
     // No run is made for a tenant before it carries the reclaim finalizer: a deletion meanwhile would
     // leave what the run created in ClickHouse behind.
     let finalized = reclaim::ensure_finalizer(&tenant, &ctx).await?;
@@ -82,7 +96,7 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         }
     }
     // Rules 2, 3, 7, 8, counting the runs just made.
-    write_status(&tenant, &runs, now, &ctx).await?;
+    write_status(&tenant, &runs, &consents, now, &ctx).await?;
     // The retries no watch event will announce: the reconciler wakes for the soonest.
     Ok(match plan.wake_at {
         Some(at) => requeue_at(at, now),
@@ -113,7 +127,7 @@ async fn reconcile_deleting(
         }
         _ => {}
     }
-    write_status(tenant, &runs, now, ctx).await?;
+    write_status(tenant, &runs, &Consents::new(), now, ctx).await?;
     Ok(reclaim::next_wake(&step, now))
 }
 
@@ -121,10 +135,11 @@ async fn reconcile_deleting(
 async fn write_status(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
+    consents: &Consents,
     now: Timestamp,
     ctx: &Context,
 ) -> Result<()> {
-    let desired = desired_status(tenant, runs, now);
+    let desired = desired_status(tenant, runs, consents, now);
     let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
     if desired != current {
         apply_status(

@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 
+use super::copies::{Consents, consent_wake, delivery_needed};
 use super::next_run::{automatic_provision, limits_run_needed, lock_run_needed, new_run_job};
 use crate::controller::attempts::NextRun;
 use crate::crd::{RunAction, RunJob, Tenant};
 
-/// What rules 4, 6 and 5 ask of a live tenant now.
+/// What rules 4, 6, 5 and 9 ask of a live tenant now.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RunPlan {
     /// The runs to create, in rule order: (name, action).
@@ -17,9 +18,14 @@ pub struct RunPlan {
     pub wake_at: Option<Timestamp>,
 }
 
-/// Rules 4 (Suspend/Resume), 6 (SetLimits) and 5 (Provision), in that order; each decides with the
-/// runs the ones before it start counted as created, as they will be.
-pub fn runs_needed(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> RunPlan {
+/// Rules 4 (Suspend/Resume), 6 (SetLimits), 5 (Provision) and 9 (Deliver), in that order; each
+/// decides with the runs the ones before it start counted as created, as they will be.
+pub fn runs_needed(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    consents: &Consents,
+    now: Timestamp,
+) -> RunPlan {
     let mut runs = runs.to_vec();
     let mut plan = RunPlan::default();
     let mut decide = |action: RunAction, next: NextRun, runs: &mut Vec<Arc<RunJob>>| match next {
@@ -37,5 +43,8 @@ pub fn runs_needed(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> Run
     decide(RunAction::SetLimits, next, &mut runs);
     let next = automatic_provision(tenant, &runs, now);
     decide(RunAction::Provision, next, &mut runs);
+    let next = delivery_needed(tenant, &runs, consents, now);
+    decide(RunAction::Deliver, next, &mut runs);
+    plan.wake_at = plan.wake_at.into_iter().chain(consent_wake(consents, now)).min();
     plan
 }

@@ -1,10 +1,11 @@
 //! Rules 2, 3, 7 and 8: the part of the status the Tenant controller owns — phase, conditions,
-//! observedGeneration, syncedGeneration — computed from (tenant, runs, now), never toggled.
+//! observedGeneration, syncedGeneration — computed from (tenant, runs, consents, now), never toggled.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
 
+use super::copies::{Consents, delivery_condition};
 use super::history::*;
 use super::next_run::{automatic_provision, next_limits_run, next_lock_run};
 use super::reclaim::{self, Reclaim};
@@ -13,6 +14,9 @@ use crate::crd::{
     ConditionStatus, ProvisioningPolicy, RunAction, RunJob, RunRecord, Tenant, TenantPhase,
     TenantStatus, set_condition,
 };
+
+/// Where the copies of the credentials stand (rule 9).
+pub const DELIVERED: &str = "CredentialsDelivered";
 
 /// The phase rule from ARCHITECTURE.md, in order. Never Active without a database name; un-suspending
 /// a provisioned tenant lands straight on Active because nothing here remembers the previous phase.
@@ -32,7 +36,12 @@ pub fn phase(suspended: bool, database: Option<&str>, runs: ProvisionRuns) -> Te
 
 /// The part of the status this controller owns: phase, observedGeneration and conditions. Every other
 /// field is left out (the provisioner and the RunJob controller write those); see [`owned_status`].
-pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> TenantStatus {
+pub fn desired_status(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    consents: &Consents,
+    now: Timestamp,
+) -> TenantStatus {
     let none = TenantStatus::default();
     let current = tenant.status.as_ref().unwrap_or(&none);
     let database = current
@@ -131,6 +140,20 @@ pub fn desired_status(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> 
             generation,
             now,
         );
+    }
+
+    // Rule 9's condition.
+    match delivery_condition(tenant, runs, consents, now) {
+        Some((status, reason, message)) => set_condition(
+            c,
+            DELIVERED,
+            status,
+            reason,
+            &message,
+            generation,
+            now,
+        ),
+        None => c.retain(|condition| condition.type_ != DELIVERED),
     }
 
     if database.is_some() {

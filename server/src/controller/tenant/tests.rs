@@ -361,7 +361,7 @@ fn a_plan_starts_each_run_the_rules_ask_for_in_rule_order() {
         ..Default::default()
     });
     assert_eq!(
-        runs_needed(&tenant, &[], now),
+        runs_needed(&tenant, &[], &Consents::new(), now),
         RunPlan {
             start: vec![
                 ("acme-suspend-10".to_owned(), RunAction::Suspend),
@@ -372,7 +372,7 @@ fn a_plan_starts_each_run_the_rules_ask_for_in_rule_order() {
     );
     // In step with both: nothing to start and nothing to wake for.
     let in_step = provisioned(false, false, Vec::new());
-    assert_eq!(runs_needed(&in_step, &[], now), RunPlan::default());
+    assert_eq!(runs_needed(&in_step, &[], &Consents::new(), now), RunPlan::default());
 }
 
 /// A Manual tenant waits for a click; an Automatic one gets its Provision run; after a failed one,
@@ -383,10 +383,10 @@ fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
     let mut tenant = provisioned(false, false, Vec::new());
     tenant.status = None;
     tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Manual;
-    assert_eq!(runs_needed(&tenant, &[], now), RunPlan::default());
+    assert_eq!(runs_needed(&tenant, &[], &Consents::new(), now), RunPlan::default());
 
     tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Automatic;
-    let plan = runs_needed(&tenant, &[], now);
+    let plan = runs_needed(&tenant, &[], &Consents::new(), now);
     assert_eq!(
         plan.start,
         [("acme-provision-10".to_owned(), RunAction::Provision)]
@@ -401,7 +401,7 @@ fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
         history: vec![failed],
         ..Default::default()
     });
-    let plan = runs_needed(&tenant, &[], now);
+    let plan = runs_needed(&tenant, &[], &Consents::new(), now);
     assert!(plan.start.is_empty(), "{plan:?}");
     let wake = plan.wake_at.expect("a retry to wake for");
     assert!(
