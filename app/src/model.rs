@@ -137,10 +137,35 @@ pub struct EventView {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct TenantDetail {
     pub tenant: TenantRow,
+    /// Copies of the credentials in other namespaces: where, and how each stands — never a value.
+    pub copies: Vec<CopyView>,
     pub conditions: Vec<ConditionView>,
     pub runs: Vec<RunRow>,
     pub history: Vec<HistoryView>,
     pub events: Vec<EventView>,
+}
+
+/// One copy of a tenant's credentials, as the dashboard shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CopyView {
+    pub namespace: String,
+    pub secret_name: String,
+    /// "up to date", "waiting for consent", "conflict", "failed", "writing…", "not written yet",
+    /// "being deleted".
+    pub state: String,
+    /// The provisioner's last word on it (empty when all is well).
+    pub message: String,
+}
+
+impl CopyView {
+    /// How an application's owner reads one key of the copy (the value never passes through the
+    /// dashboard).
+    pub fn read_command(&self, key: &str) -> String {
+        format!(
+            "kubectl -n {} get secret {} -o jsonpath='{{.data.{key}}}' | base64 -d",
+            self.namespace, self.secret_name
+        )
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

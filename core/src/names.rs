@@ -107,6 +107,12 @@ pub fn clickhouse_user(database: &str) -> String {
 }
 
 /// A validated tenant name. Holding one proves every name derived from it is legal.
+/// The keys of a tenant's credentials Secret that an application connects with — all a copy of it
+/// in another namespace holds (CloudNativePG's application Secret is the model).
+pub const CREDENTIAL_KEYS: [&str; 7] = [
+    "database", "host", "password", "port", "uri", "url", "username",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TenantName(String);
 

@@ -469,13 +469,14 @@ fn timeout_body() -> Value {
 }
 
 /// The first ```` ```lang ```` block of the section of `doc` (a path from the repository's root, e.g.
-/// `docs/install.md`) whose heading starts with `heading` (a `## ` line): the tests that keep the docs'
-/// examples true read them from the docs themselves.
+/// `docs/install.md`) whose heading starts with `heading` (a `## ` or `### ` line; a section ends at
+/// the next of either): the tests that keep the docs' examples true read them from the docs themselves.
 pub fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
     let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{doc}: {e}"));
     let section = text
         .split("\n## ")
+        .flat_map(|s| s.split("\n### "))
         .find(|s| s.starts_with(heading))
         .unwrap_or_else(|| panic!("{doc} has no section starting {heading:?}"));
     let fence = format!("```{lang}\n");

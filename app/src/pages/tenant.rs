@@ -9,6 +9,8 @@ use crate::components::{
     ReadyCell, TenantActions, limits_fields,
 };
 use crate::forms::{PostForm, current_url};
+use crate::model::CopyView;
+use crate::names::CREDENTIAL_KEYS;
 
 #[component]
 pub fn TenantPage() -> impl IntoView {
@@ -83,6 +85,7 @@ pub fn TenantPage() -> impl IntoView {
                                     view! { <p><a class="btn" href=format!("{page}?edit=limits")>"Change limits"</a></p> }.into_any()
                                 }
                             })}
+                            <CopiesSection copies=d.copies.clone() name=t.name.clone() may_deliver=may.start_runs && t.can_rotate()/>
                             <h2>"Conditions"</h2>
                             <table class="grid">
                                 <thead><tr><th>"Type"</th><th>"Status"</th><th>"Reason"</th><th>"Message"</th><th>"Since"</th></tr></thead>
@@ -128,4 +131,28 @@ pub fn TenantPage() -> impl IntoView {
             </Transition>
         </section>
     }
+}
+
+/// Where the tenant's applications get their credentials: each copy, how it stands, and how to read
+/// a key of it — a command, never a value.
+#[component]
+fn CopiesSection(copies: Vec<CopyView>, name: String, may_deliver: bool) -> impl IntoView {
+    let first = copies.first().cloned()?;
+    let keys = CREDENTIAL_KEYS.join(", ");
+    Some(view! {
+        <h2>"Copies of the credentials"</h2>
+        <table class="grid">
+            <thead><tr><th>"Namespace"</th><th>"Secret"</th><th>"State"</th><th>"Message"</th></tr></thead>
+            <tbody>{copies.into_iter().map(|c| view! {
+                <tr><td>{c.namespace}</td><td><code>{c.secret_name}</code></td><td>{c.state}</td><td>{c.message}</td></tr>
+            }).collect_view()}</tbody>
+        </table>
+        <p class="muted">"Each copy holds the keys " {keys} ". An application reads one, e.g.: "
+            <code>{first.read_command("uri")}</code></p>
+        {may_deliver.then(|| view! {
+            <PostForm action=format!("/actions/tenants/{name}/deliver")>
+                <button type="submit" class="btn" title="Write every copy again from the credentials Secret, e.g. after a conflicting Secret was removed">"Write copies now"</button>
+            </PostForm>
+        })}
+    })
 }

@@ -106,8 +106,8 @@ pub struct CredentialsStatus {
     /// be up to date. Never a value.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hash: String,
-    /// The RunJob whose run wrote this report: until the tenant shows the report of its newest
-    /// finished run, the reconciler waits rather than start another run from an older picture.
+    /// The uid of the RunJob whose run wrote this report: until the tenant shows the report of its
+    /// newest finished run, the reconciler waits rather than start another run from an older picture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<String>,
     /// Where each copy stands.

@@ -20,9 +20,7 @@ use crate::crd::{CopyState, CopyStatus, CredentialsCopy, CredentialsStatus, Tena
 
 /// The keys a copy holds: what an application connects with. The source's bookkeeping
 /// (`pendingPassword`, `retiringPasswords`) never leaves the operator's namespace.
-pub const COPIED_KEYS: [&str; 7] = [
-    "database", "host", "password", "port", "uri", "url", "username",
-];
+pub use crate::names::CREDENTIAL_KEYS as COPIED_KEYS;
 /// On every copy: the hash of the credentials it holds, so that tools which restart an application
 /// when its Secret's annotations change (Reloader and the like) do so on a rotation.
 pub const CREDENTIALS_HASH_ANNOTATION: &str = "sentry.io/credentials-hash";

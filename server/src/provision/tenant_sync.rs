@@ -45,7 +45,7 @@ pub struct TenantSync {
     client: Client,
     namespace: String,
     tantivy_root: String,
-    /// The RunJob this run belongs to, named in `status.credentials.writtenBy`.
+    /// The uid of the RunJob this run belongs to, for `status.credentials.writtenBy`.
     run: Option<String>,
 }
 
@@ -671,6 +671,8 @@ mod tests {
     #[test]
     fn a_credentials_secret_holds_the_endpoint_in_parts_and_a_uri() {
         let keys = super::credentials("https://[fd00::7]:9443", "tenant_acme", "0123abcd");
+        let names: Vec<&str> = keys.keys().copied().collect();
+        assert_eq!(names, crate::names::CREDENTIAL_KEYS, "what a copy holds");
         let pairs: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             pairs,

@@ -1,4 +1,4 @@
-//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate, Revoke, Delete — as plain form posts. Without
+//! The dashboard's mutating routes — Create, Provision, Suspend, Resume, Rotate, Revoke, Deliver, Delete — as plain form posts. Without
 //! JavaScript they redirect back (303) with the outcome in the query; the hydrated page asks for JSON
 //! instead. Every request must come from the dashboard's own origin, and none of these routes exists
 //! in read-only mode.
@@ -22,8 +22,11 @@ use serde_json::json;
 
 use super::permissions::{CHANGE, CREATE, DELETE, START_RUNS};
 use super::serve::Peer;
-use crate::controller::{Stores, cached_or_fetched, tenant::new_run_job, write_params};
-use crate::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, Tenant, TenantLimits, TenantSpec};
+use crate::controller::tenant::{new_run_job, writes_copies};
+use crate::controller::{Stores, cached_or_fetched, write_params};
+use crate::crd::{
+    ProvisioningPolicy, ReclaimPolicy, RunAction, RunJob, Tenant, TenantLimits, TenantSpec,
+};
 use crate::limits::Limits;
 use crate::names::{TenantName, validate_display_name};
 
@@ -59,6 +62,7 @@ pub fn router(actions: Arc<Actions>) -> Router {
         .route("/tenants/{name}/resume", button(Button::Resume))
         .route("/tenants/{name}/rotate", button(Button::Rotate))
         .route("/tenants/{name}/revoke", button(Button::Revoke))
+        .route("/tenants/{name}/deliver", button(Button::Deliver))
         .route("/tenants/{name}/delete", post(delete))
         .route("/tenants/{name}/limits", post(change_limits))
         .route_layer(middleware::from_fn(from_our_pages_only))
@@ -71,7 +75,7 @@ async fn no_such_action(uri: axum::http::Uri) -> Response {
     (
         StatusCode::NOT_FOUND,
         format!(
-            "no such action: /actions{} (the actions are provision, suspend, resume, rotate, revoke, delete and limits)",
+            "no such action: /actions{} (the actions are provision, suspend, resume, rotate, revoke, deliver, delete and limits)",
             uri.path()
         ),
     )
@@ -426,6 +430,7 @@ enum Button {
     Resume,
     Rotate,
     Revoke,
+    Deliver,
 }
 
 impl Button {
@@ -437,6 +442,7 @@ impl Button {
             Button::Resume => "Resume",
             Button::Rotate => "Rotate",
             Button::Revoke => "Revoke",
+            Button::Deliver => "Deliver",
         }
     }
 
@@ -447,6 +453,7 @@ impl Button {
             Button::Resume => set_suspended(a, name, false).await,
             Button::Rotate => start_credentials_run(a, name, RunAction::Rotate).await,
             Button::Revoke => start_credentials_run(a, name, RunAction::Revoke).await,
+            Button::Deliver => start_credentials_run(a, name, RunAction::Deliver).await,
         }
     }
 }
@@ -551,8 +558,9 @@ async fn delete_tenant(a: &Actions, name: &str, typed: &str) -> Outcome {
     }
 }
 
-/// A Rotate or Revoke run: only for a provisioned tenant, and one credentials change at a time (a
-/// Revoke while a Rotate runs would race it for the pending password).
+/// A Rotate, Revoke or Deliver run: only for a provisioned tenant, and one run that writes the
+/// credentials or their copies at a time (a Revoke while a Rotate runs would race it for the pending
+/// password; a Deliver beside either could copy the password being replaced).
 async fn start_credentials_run(a: &Actions, name: &str, action: RunAction) -> Outcome {
     let tenant = match find(a, name).await {
         Ok(t) => t,
@@ -567,21 +575,23 @@ async fn start_credentials_run(a: &Actions, name: &str, action: RunAction) -> Ou
             ),
         );
     }
-    let other = match action {
-        RunAction::Revoke => RunAction::Rotate,
-        _ => RunAction::Revoke,
-    };
+    if action == RunAction::Deliver && tenant.spec.credential_copies().is_empty() {
+        return Outcome::failed(
+            StatusCode::CONFLICT,
+            format!("{name} asks for no copies of its credentials (spec.credentials.copies)"),
+        );
+    }
     let runs = a.stores.runs_of(&a.namespace, name);
-    if let Some(r) = runs
-        .iter()
-        .find(|r| r.spec.action == other && r.is_in_flight())
-    {
+    let other = |r: &RunJob| {
+        r.spec.action != action && writes_copies(r.spec.action) && r.is_in_flight()
+    };
+    if let Some(r) = runs.iter().find(|r| other(r)) {
         return Outcome::failed(
             StatusCode::CONFLICT,
             format!(
-                "{name} is having its credentials changed by {} ({}): try again once it has finished",
+                "{name} is having its credentials or their copies written by {} ({}): try again once it has finished",
                 r.name_any(),
-                other.as_str()
+                r.spec.action.as_str()
             ),
         );
     }
@@ -589,6 +599,10 @@ async fn start_credentials_run(a: &Actions, name: &str, action: RunAction) -> Ou
         RunAction::Revoke => (
             "having its credentials revoked",
             "Revoking every earlier password of",
+        ),
+        RunAction::Deliver => (
+            "having its copies of the credentials written",
+            "Writing the copies of the credentials of",
         ),
         _ => (
             "having its credentials rotated",

@@ -15,8 +15,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use sentry_tenants_app::api::{Backend, BoxFuture, TenantQuery};
 use sentry_tenants_app::model::{
-    ConditionView, EventView, HistoryView, Meta, Overview, Page, PhaseCount, RunDetail, RunRow,
-    TENANT_PHASES, TenantDetail, TenantRow, paginate,
+    ConditionView, CopyView, EventView, HistoryView, Meta, Overview, Page, PhaseCount, RunDetail,
+    RunRow, TENANT_PHASES, TenantDetail, TenantRow, paginate,
 };
 
 use super::actions::ActingAs;
@@ -334,6 +334,7 @@ impl Backend for ClusterBackend {
             let status = t.status.clone().unwrap_or_default();
             Some(TenantDetail {
                 tenant: self.tenant_row(&t, Busy::of(&runs)),
+                copies: copy_views(&t),
                 conditions: status
                     .conditions
                     .iter()
@@ -467,4 +468,44 @@ fn job_status(job: &Job) -> String {
         }
     }
     text
+}
+
+/// The tenant's copies of its credentials as the page shows them: each the spec asks for, then each
+/// it no longer asks for that is still there.
+fn copy_views(tenant: &Tenant) -> Vec<CopyView> {
+    use crate::crd::CopyState;
+    let stale = crate::controller::tenant::out_of_date(tenant);
+    let find = |namespace: &str, name: &str| {
+        stale
+            .iter()
+            .find(|c| c.namespace == namespace && c.secret_name == name)
+    };
+    let asked = tenant.spec.credential_copies().iter().map(|entry| {
+        let (state, message) = match find(&entry.namespace, &entry.secret_name) {
+            None => ("up to date", String::new()),
+            Some(c) => (
+                match c.state {
+                    None => "not written yet",
+                    Some(CopyState::Delivered) => "updating…",
+                    Some(CopyState::NoConsent) => "waiting for consent",
+                    Some(CopyState::Conflict) => "conflict",
+                    Some(CopyState::Failed) => "failed",
+                },
+                c.message.clone(),
+            ),
+        };
+        CopyView {
+            namespace: entry.namespace.clone(),
+            secret_name: entry.secret_name.clone(),
+            state: state.to_owned(),
+            message,
+        }
+    });
+    let leaving = stale.iter().filter(|c| c.removed).map(|c| CopyView {
+        namespace: c.namespace.clone(),
+        secret_name: c.secret_name.clone(),
+        state: "being deleted".to_owned(),
+        message: c.message.clone(),
+    });
+    asked.chain(leaving).collect()
 }

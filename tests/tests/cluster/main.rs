@@ -10,6 +10,7 @@
 
 mod api_rules;
 mod consent;
+mod copies;
 mod drill;
 mod image;
 mod install;

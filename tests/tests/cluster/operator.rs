@@ -119,7 +119,7 @@ async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own()
         locked: Some(locked),
         limits: None,
     };
-    sync.report(&name, "tenant_acme", &created, locked(false))
+    sync.report(&name, "tenant_acme", &created, locked(false), None)
         .await
         .unwrap();
     let unlocked = tenants.get("acme").await.unwrap();
@@ -134,7 +134,7 @@ async fn a_tenant_reconcile_from_a_stale_copy_reverts_no_field_it_does_not_own()
     assert_eq!(stale.history().len(), 1);
 
     // Since that copy was read: a Suspend run locked the logins and was recorded.
-    sync.report(&name, "tenant_acme", &stale, locked(true))
+    sync.report(&name, "tenant_acme", &stale, locked(true), None)
         .await
         .unwrap();
     let fresh = tenants.get("acme").await.unwrap();

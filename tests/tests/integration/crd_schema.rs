@@ -113,7 +113,7 @@ fn overlong_or_control_character_display_names_are_rejected() {
 }
 
 #[test]
-fn runjob_action_is_one_of_the_seven_exactly() {
+fn runjob_action_is_one_of_the_eight_exactly() {
     let errors_for = |action: &str| {
         errors::<RunJob>(
             &run("acme-x-1", json!({"tenant": "acme", "action": action})),
@@ -127,6 +127,7 @@ fn runjob_action_is_one_of_the_seven_exactly() {
         "Rotate",
         "Revoke",
         "SetLimits",
+        "Deliver",
         "Deprovision",
     ] {
         let errs = errors_for(action);
@@ -134,7 +135,7 @@ fn runjob_action_is_one_of_the_seven_exactly() {
     }
     assert_eq!(
         sentry_tenants::crd::RunAction::ALL.len(),
-        7,
+        8,
         "a new action is added to the list above"
     );
     for action in ["Delete", "provision", "PROVISION", "Provision ", ""] {

@@ -1111,7 +1111,7 @@ fn revoke_asks_first_starts_one_run_and_never_beside_a_rotation() {
         assert_eq!(beside.status, StatusCode::CONFLICT, "{}", beside.body);
         assert!(
             beside.body.contains(
-                "globex is having its credentials changed by globex-rotate-1 (Rotate): try again once it has finished"
+                "globex is having its credentials or their copies written by globex-rotate-1 (Rotate): try again once it has finished"
             ),
             "{}",
             beside.body

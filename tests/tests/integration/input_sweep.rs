@@ -311,12 +311,12 @@ fn every_malformed_runjob_spec_is_refused_by_the_schema_with_its_message() {
         (
             "unknown action",
             run("acme-x-1", with("action", json!("Explode"))),
-            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 5 other candidates",
+            "/spec/action: \"Explode\" is not one of \"Provision\", \"Suspend\" or 6 other candidates",
         ),
         (
             "lowercase action",
             run("acme-x-1", with("action", json!("provision"))),
-            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 5 other candidates",
+            "/spec/action: \"provision\" is not one of \"Provision\", \"Suspend\" or 6 other candidates",
         ),
         (
             "no tenant",

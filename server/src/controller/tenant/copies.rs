@@ -158,7 +158,7 @@ fn report_behind(tenant: &Tenant, runs: &[Arc<RunJob>]) -> bool {
         return false;
     };
     latest_finished(runs, tenant.history(), writes_copies)
-        .is_some_and(|f| f.phase == RunPhase::Succeeded && f.name != written_by)
+        .is_some_and(|f| f.phase == RunPhase::Succeeded && f.uid != written_by)
 }
 
 /// Deliver runs that failed since the last one that succeeded, and when the newest of them ended.

@@ -19,6 +19,7 @@ pub struct ProvisionRuns {
 /// A finished run, from a live RunJob or from the history kept after cleanup.
 pub(super) struct Finished<'a> {
     pub(super) name: &'a str,
+    pub(super) uid: &'a str,
     pub(super) phase: RunPhase,
     message: &'a str,
     at: Option<Timestamp>,
@@ -36,6 +37,7 @@ pub(super) fn latest_finished<'a>(
         let phase = status.phase.filter(|p| p.is_finished())?;
         Some(Finished {
             name: r.metadata.name.as_deref().unwrap_or_default(),
+            uid: r.metadata.uid.as_deref().unwrap_or_default(),
             phase,
             message: status.message.as_deref().unwrap_or_default(),
             at: status.completion_time.as_ref().map(|t| t.0),
@@ -43,6 +45,7 @@ pub(super) fn latest_finished<'a>(
     });
     let recorded = history.iter().filter(|h| of(h.action)).map(|h| Finished {
         name: &h.name,
+        uid: &h.uid,
         phase: h.phase,
         message: &h.message,
         at: Some(h.finished_at.0),

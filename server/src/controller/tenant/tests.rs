@@ -72,6 +72,8 @@ fn record(name: &str, phase: RunPhase, finished_at: &str) -> RunRecord {
     let action = match name.rsplit('-').nth(1) {
         Some("suspend") => RunAction::Suspend,
         Some("resume") => RunAction::Resume,
+        Some("deliver") => RunAction::Deliver,
+        Some("rotate") => RunAction::Rotate,
         _ => RunAction::Provision,
     };
     RunRecord {
@@ -408,4 +410,215 @@ fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
         wake > now && wake <= now + jiff::SignedDuration::from_secs(30),
         "{wake}"
     );
+}
+
+// Rule 9: copies of the credentials.
+
+use crate::crd::{CopyState, CopyStatus, CredentialsCopy, CredentialsSpec, CredentialsStatus};
+
+const NOW: &str = "2026-12-01T12:00:00Z";
+
+fn entry() -> CredentialsCopy {
+    CredentialsCopy {
+        namespace: "app".into(),
+        secret_name: "acme-db".into(),
+        labels: Default::default(),
+        annotations: Default::default(),
+    }
+}
+
+/// A provisioned tenant asking for `entry()`, whose credentials hash `h1`, with `copies` reported.
+fn with_copies(copies: Vec<CopyStatus>, history: Vec<RunRecord>) -> Tenant {
+    let mut tenant = provisioned(false, false, history);
+    tenant.spec.credentials = Some(CredentialsSpec {
+        copies: vec![entry()],
+    });
+    tenant.status.as_mut().unwrap().credentials = Some(CredentialsStatus {
+        hash: "h1".into(),
+        written_by: Some("uid-acme-provision-10".into()),
+        copies,
+    });
+    tenant
+}
+
+fn reported(state: CopyState, credentials_hash: Option<&str>) -> CopyStatus {
+    CopyStatus {
+        namespace: "app".into(),
+        secret_name: "acme-db".into(),
+        state,
+        entry_hash: entry().entry_hash(),
+        credentials_hash: credentials_hash.map(Into::into),
+        message: format!("{state:?} said the provisioner"),
+        at: jiff_time(NOW),
+    }
+}
+
+fn jiff_time(at: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at.parse().unwrap())
+}
+
+fn consents(app: bool) -> Consents {
+    Consents::from([("app".to_owned(), app)])
+}
+
+fn condition(tenant: &Tenant, consents: &Consents) -> Option<(String, String, String)> {
+    let status = desired_status(tenant, &[], consents, NOW.parse().unwrap());
+    status
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == DELIVERED)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+/// Known answer: `printf '{"namespace":"app","secretName":"acme-db"}' | sha256sum` — the entry as
+/// JSON, empty maps left out, so equal entries hash alike.
+#[test]
+fn an_entry_hashes_as_its_json() {
+    assert_eq!(
+        entry().entry_hash(),
+        "5d77ed3eaa95e1d4939205a9999d4a39aa0e24a5caf1c7de8856dcdef03136bb"
+    );
+}
+
+/// Without consent nothing starts, the condition names the namespace and the command that consents,
+/// and the tenant looks again in a minute; with consent the Deliver run starts.
+#[test]
+fn a_copy_waits_for_consent_and_starts_nothing_meanwhile() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let tenant = with_copies(vec![], vec![]);
+    assert_eq!(copies::namespaces_to_ask(&tenant), ["app"]);
+    let plan = runs_needed(&tenant, &[], &consents(false), now);
+    assert_eq!(
+        plan,
+        RunPlan {
+            start: vec![],
+            wake_at: Some(now + CONSENT_RECHECK),
+        }
+    );
+    assert_eq!(
+        condition(&tenant, &consents(false)),
+        Some((
+            "False".into(),
+            "AwaitingConsent".into(),
+            "Waiting for consent to app/acme-db: the namespace's owner runs `sentry-tenants grant-credentials app -n tenants`".into()
+        ))
+    );
+    let plan = runs_needed(&tenant, &[], &consents(true), now);
+    assert_eq!(
+        plan.start,
+        [("acme-deliver-1".to_owned(), RunAction::Deliver)]
+    );
+    assert_eq!(plan.wake_at, None);
+}
+
+/// Delivered for this entry and these credentials: nothing to do, the condition says so. Written
+/// for other credentials (a rotation since) or with another entry: out of date.
+#[test]
+fn a_copy_is_current_only_for_its_entry_and_the_credentials_on_file() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let current = with_copies(vec![reported(CopyState::Delivered, Some("h1"))], vec![]);
+    assert!(out_of_date(&current).is_empty());
+    assert!(copies::namespaces_to_ask(&current).is_empty());
+    assert_eq!(delivery_needed(&current, &[], &consents(true), now), NextRun::Idle);
+    assert_eq!(
+        condition(&current, &Consents::new()),
+        Some(("True".into(), "Delivered".into(), "Copies up to date: app/acme-db".into()))
+    );
+
+    let rotated = with_copies(vec![reported(CopyState::Delivered, Some("h0"))], vec![]);
+    assert_eq!(out_of_date(&rotated).len(), 1);
+    let mut relabelled = current.clone();
+    relabelled.spec.credentials.as_mut().unwrap().copies[0]
+        .labels
+        .insert("team".into(), crate::crd::LabelValue("a".into()));
+    assert_eq!(out_of_date(&relabelled).len(), 1);
+    for tenant in [rotated, relabelled] {
+        assert!(matches!(
+            delivery_needed(&tenant, &[], &consents(true), now),
+            NextRun::Start(_)
+        ));
+    }
+}
+
+/// A Secret of that name that is not ours needs a person: not retried by itself, said on the
+/// condition with the provisioner's message.
+#[test]
+fn a_conflict_is_reported_and_not_retried() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let tenant = with_copies(vec![reported(CopyState::Conflict, None)], vec![]);
+    assert_eq!(delivery_needed(&tenant, &[], &consents(true), now), NextRun::Idle);
+    assert_eq!(
+        condition(&tenant, &consents(true)),
+        Some(("False".into(), "Conflict".into(), "Conflict said the provisioner".into()))
+    );
+}
+
+/// An entry the spec no longer names is deleted by a Deliver run, where the namespace consents.
+#[test]
+fn a_copy_no_longer_asked_for_is_removed() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let mut tenant = with_copies(vec![reported(CopyState::Delivered, Some("h1"))], vec![]);
+    tenant.spec.credentials = None;
+    let stale = out_of_date(&tenant);
+    assert_eq!(stale.len(), 1);
+    assert!(stale[0].removed);
+    assert!(matches!(
+        delivery_needed(&tenant, &[], &consents(true), now),
+        NextRun::Start(_)
+    ));
+    // Gone from the report: no copy, no condition.
+    tenant.status.as_mut().unwrap().credentials.as_mut().unwrap().copies.clear();
+    assert_eq!(condition(&tenant, &Consents::new()), None);
+}
+
+/// A run that writes copies finished, but the tenant does not show its report yet (the cache is
+/// behind): wait for it rather than start another from the older picture.
+#[test]
+fn no_deliver_run_while_the_newest_report_is_not_seen() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let done = record("acme-deliver-3", RunPhase::Succeeded, "2026-12-01T11:59:00Z");
+    let behind = with_copies(vec![], vec![done]);
+    assert_eq!(delivery_needed(&behind, &[], &consents(true), now), NextRun::Idle);
+    let mut seen = behind.clone();
+    let report = seen.status.as_mut().unwrap().credentials.as_mut().unwrap();
+    report.written_by = Some("uid-acme-deliver-3".into());
+    assert_eq!(
+        delivery_needed(&seen, &[], &consents(true), now),
+        NextRun::Start("acme-deliver-4".into())
+    );
+}
+
+/// Failed Deliver runs are retried after the usual backoff, counted since the last success; one
+/// run that writes copies at a time.
+#[test]
+fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_writer() {
+    let failed_at: Timestamp = "2026-12-01T11:59:58Z".parse().unwrap();
+    let history = vec![
+        record("acme-deliver-2", RunPhase::Failed, "2026-12-01T11:59:58Z"),
+        record("acme-deliver-1", RunPhase::Succeeded, "2026-12-01T11:00:00Z"),
+    ];
+    let mut tenant = with_copies(vec![reported(CopyState::Failed, None)], history);
+    tenant.status.as_mut().unwrap().credentials.as_mut().unwrap().written_by =
+        Some("uid-acme-deliver-2".into());
+    let at = failed_at + retry_delay(&tenant, RunAction::Deliver, 1);
+    assert_eq!(
+        delivery_needed(&tenant, &[], &consents(true), NOW.parse().unwrap()),
+        NextRun::RetryAt { attempt: 2, at }
+    );
+    assert_eq!(
+        delivery_needed(&tenant, &[], &consents(true), at),
+        NextRun::Start("acme-deliver-3".into())
+    );
+    let rotating = Arc::new(new_run_job(&tenant, "acme-rotate-1", RunAction::Rotate));
+    assert_eq!(
+        delivery_needed(&tenant, &[rotating], &consents(true), at),
+        NextRun::Idle
+    );
+}
+
+/// A tenant that asks for no copy and has none shows no condition about them.
+#[test]
+fn no_copies_no_condition() {
+    let tenant = provisioned(false, false, vec![]);
+    assert_eq!(condition(&tenant, &Consents::new()), None);
 }
