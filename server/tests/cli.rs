@@ -676,7 +676,7 @@ fn every_malformed_flag_gets_its_exact_error_before_anything_is_contacted() {
         (
             &["provision-tenant", "acme", "--action", "delete"],
             2,
-            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision, Rotate, Revoke, SetLimits",
+            "error: invalid value 'delete' for '--action <ACTION>': unknown action \"delete\": expected one of Provision, Suspend, Resume, Deprovision, Rotate, Revoke, SetLimits, Deliver",
         ),
         (
             &["install", "--dry-run", "--clickhouse-prefix", "prod_eu"],

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authorization::v1::{
     LocalSubjectAccessReview, ResourceAttributes, SubjectAccessReviewSpec,
 };
-use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::tenant::{CONSENT_RECHECK, Consents};
 

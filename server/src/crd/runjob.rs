@@ -100,7 +100,8 @@ pub enum RunAction {
     Revoke,
     /// Makes ClickHouse enforce the tenant's `spec.limits` (its settings profile and quota); made by
     /// the Tenant controller when the limits change.
-    SetLimits,    /// Writes the copies of the tenant's credentials Secret that `spec.credentials.copies` asks for
+    SetLimits,
+    /// Writes the copies of the tenant's credentials Secret that `spec.credentials.copies` asks for
     /// (and deletes those it no longer asks for); made by the Tenant controller when a copy is out of
     /// date and its namespace consents. Never touches ClickHouse.
     Deliver,

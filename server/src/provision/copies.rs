@@ -182,7 +182,9 @@ impl Copier<'_> {
                 Err(Refusal::NoConsent) => self.no_consent(&namespace).1,
                 Err(Refusal::Failed(why)) => why,
             };
-            left.push(format!("the copy {namespace}/{secret_name} was left: {why}"));
+            left.push(format!(
+                "the copy {namespace}/{secret_name} was left: {why}"
+            ));
         }
         left
     }
@@ -257,7 +259,11 @@ impl Copier<'_> {
     /// Deletes `namespace/name` if it is this tenant's copy (a Secret someone else made there since
     /// is left alone); the uid precondition makes sure the one looked at is the one deleted.
     async fn delete_copy(&self, namespace: &str, name: &str, uid: &str) -> Result<(), Refusal> {
-        if !self.may(namespace, "delete").await.map_err(Refusal::Failed)? {
+        if !self
+            .may(namespace, "delete")
+            .await
+            .map_err(Refusal::Failed)?
+        {
             return Err(Refusal::NoConsent);
         }
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
@@ -295,7 +301,10 @@ impl Copier<'_> {
             .await
             .map(|answer| answer.allowed)
             .map_err(|e| {
-                crate::cluster::describe(&format!("ask whether it may {verb} Secrets in {namespace}"), &e)
+                crate::cluster::describe(
+                    &format!("ask whether it may {verb} Secrets in {namespace}"),
+                    &e,
+                )
             })
     }
 

@@ -378,28 +378,50 @@ impl<C: ClickHouse> Provisioner<C> {
 
     /// Brings the copies the tenant asks for up to its credentials Secret, deletes the ones it no
     /// longer asks for, and returns the report for `status.credentials` (not written here: each
-    /// run writes it with the rest of its report).
+    /// run writes it with the rest of its report). A Secret that changed while the copies were
+    /// written (a rotation beside a Deliver run) is copied again, so a report never calls copies
+    /// of an older password up to date.
     async fn deliver_copies(
         &self,
         name: &TenantName,
         tenant: &Tenant,
     ) -> Result<crate::crd::CredentialsStatus, ProvisionError> {
-        let source = self
-            .sync
-            .credentials_secret(name)
-            .await?
-            .ok_or(ProvisionError::BadSecret {
-                secret: name.credentials_secret(),
-            })?;
+        let mut source = self.source_credentials(name, tenant).await?;
+        let previous = reported_copies(tenant);
+        if tenant.spec.credential_copies().is_empty() && previous.is_empty() {
+            return Ok(copies::report(source.1, self.sync.run(), Vec::new()));
+        }
+        for _ in 0..3 {
+            let (data, hash) = &source;
+            let written = self.copier().deliver(tenant, data, hash, previous).await;
+            let now = self.source_credentials(name, tenant).await?;
+            if now.1 == *hash {
+                return Ok(copies::report(now.1, self.sync.run(), written));
+            }
+            source = now;
+        }
+        Err(ProvisionError::Kubernetes {
+            action: format!("copy Secret {}", name.credentials_secret()),
+            detail: "it kept changing while its copies were written (rotations one after another?): run it again once they are done".into(),
+        })
+    }
+
+    /// What a copy holds, read from the credentials Secret now, and its hash.
+    async fn source_credentials(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<
+        (
+            std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+            String,
+        ),
+        ProvisionError,
+    > {
+        let source = self.sync.own_credentials_secret(name, tenant).await?;
         let data = copies::copied_data(&source);
         let hash = copies::credentials_hash(&tenant.uid().unwrap_or_default(), &data);
-        let previous = reported_copies(tenant);
-        let copies = if tenant.spec.credential_copies().is_empty() && previous.is_empty() {
-            Vec::new()
-        } else {
-            self.copier().deliver(tenant, &data, &hash, previous).await
-        };
-        Ok(copies::report(hash, self.sync.run(), copies))
+        Ok((data, hash))
     }
 
     fn copier(&self) -> copies::Copier<'_> {

@@ -98,7 +98,7 @@ impl TenantSync {
         Ok(tenant)
     }
 
-    pub(super) async fn credentials_secret(
+    async fn credentials_secret(
         &self,
         name: &TenantName,
     ) -> Result<Option<Secret>, ProvisionError> {
@@ -107,6 +107,23 @@ impl TenantSync {
             .get_opt(&secret_name)
             .await
             .map_err(|e| ProvisionError::kube(format!("get secret {secret_name}"), e))
+    }
+
+    /// The tenant's credentials Secret, which must be there and be this tenant's ([`claim`]): what
+    /// its copies are made from.
+    pub(super) async fn own_credentials_secret(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+    ) -> Result<Secret, ProvisionError> {
+        let secret = self
+            .credentials_secret(name)
+            .await?
+            .ok_or(ProvisionError::BadSecret {
+                secret: name.credentials_secret(),
+            })?;
+        claim(&secret, name, tenant)?;
+        Ok(secret)
     }
 
     /// The tenant's ClickHouse database, which names its user, profile and quota too. Once given, a

@@ -582,9 +582,8 @@ async fn start_credentials_run(a: &Actions, name: &str, action: RunAction) -> Ou
         );
     }
     let runs = a.stores.runs_of(&a.namespace, name);
-    let other = |r: &RunJob| {
-        r.spec.action != action && writes_copies(r.spec.action) && r.is_in_flight()
-    };
+    let other =
+        |r: &RunJob| r.spec.action != action && writes_copies(r.spec.action) && r.is_in_flight();
     if let Some(r) = runs.iter().find(|r| other(r)) {
         return Outcome::failed(
             StatusCode::CONFLICT,

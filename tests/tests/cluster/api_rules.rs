@@ -61,23 +61,36 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
     );
 
     // Copies of the credentials: one entry per place, and keys that are qualified names and not ours.
-    let with_copies = |copies: &str| {
-        format!("{}  credentials:\n    copies:\n{copies}", tenant("acme"))
-    };
+    let with_copies =
+        |copies: &str| format!("{}  credentials:\n    copies:\n{copies}", tenant("acme"));
     let entry = |ns: &str, extra: &str| {
         format!("    - namespace: {ns}\n      secretName: acme-db\n{extra}")
     };
     let (ok, _, err) = apply(with_copies(&format!(
         "{}{}",
         entry("app", "      labels: {example.com/team: a}\n"),
-        entry("app2", "      annotations: {reloader.stakater.com/match: \"true\"}\n")
+        entry(
+            "app2",
+            "      annotations: {reloader.stakater.com/match: \"true\"}\n"
+        )
     )));
     assert!(ok, "two copies with labels and annotations: {err}");
-    let (ok, _, err) = apply(with_copies(&format!("{}{}", entry("app", ""), entry("app", ""))));
+    let (ok, _, err) = apply(with_copies(&format!(
+        "{}{}",
+        entry("app", ""),
+        entry("app", "")
+    )));
     assert!(!ok && err.contains("Duplicate value"), "{err}");
     let labels_rule = "label keys must be qualified names (prefix/name), not sentry.io/ ones or app.kubernetes.io/managed-by";
-    for key in ["sentry.io/tenant", "app.kubernetes.io/managed-by", "bad key"] {
-        let (ok, _, err) = apply(with_copies(&entry("app", &format!("      labels: {{\"{key}\": x}}\n"))));
+    for key in [
+        "sentry.io/tenant",
+        "app.kubernetes.io/managed-by",
+        "bad key",
+    ] {
+        let (ok, _, err) = apply(with_copies(&entry(
+            "app",
+            &format!("      labels: {{\"{key}\": x}}\n"),
+        )));
         assert!(!ok && err.contains(labels_rule), "{key}: {err}");
     }
     let (ok, _, err) = apply(with_copies(&entry(
@@ -85,11 +98,15 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
         "      annotations: {sentry.io/credentials-hash: forged}\n",
     )));
     assert!(
-        !ok && err.contains("annotation keys must be qualified names (prefix/name), not sentry.io/ ones"),
+        !ok && err
+            .contains("annotation keys must be qualified names (prefix/name), not sentry.io/ ones"),
         "{err}"
     );
     let (ok, _, err) = apply(with_copies(&entry("App", "")));
-    assert!(!ok && err.contains("spec.credentials.copies[0].namespace"), "{err}");
+    assert!(
+        !ok && err.contains("spec.credentials.copies[0].namespace"),
+        "{err}"
+    );
 }
 
 /// The quick start's YAML (the install guide) and the README's tenant are what the apiserver admits,
@@ -132,7 +149,10 @@ async fn the_docs_yaml_is_admitted_under_strict_field_validation() {
         s.ns
     );
     let (ok, out, err) = apply(&copies);
-    assert!(ok && out.contains("tenant.sentry.io/copies-doc created"), "{err}");
+    assert!(
+        ok && out.contains("tenant.sentry.io/copies-doc created"),
+        "{err}"
+    );
 
     for yaml in [&quick_start, &readme] {
         let misspelt = yaml.replace("  suspended:", "  suspend:");

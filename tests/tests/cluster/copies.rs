@@ -161,7 +161,10 @@ async fn a_copy_waits_for_consent_then_follows_a_rotation_and_goes_with_its_entr
         (consent_checks(&s, &app.ns) >= before + 2).then_some(())
     })
     .await;
-    assert!(runs_of(&s, "Deliver").await.is_empty(), "no Deliver run without consent");
+    assert!(
+        runs_of(&s, "Deliver").await.is_empty(),
+        "no Deliver run without consent"
+    );
     assert!(app_secrets.get_opt("acme-db").await.unwrap().is_none());
     let minutes = waiting_since.elapsed().as_secs() / 60 + 1;
     let checks = consent_checks(&s, &app.ns);
@@ -184,11 +187,19 @@ async fn a_copy_waits_for_consent_then_follows_a_rotation_and_goes_with_its_entr
         .await
         .unwrap();
     let labels = copy.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("sentry.io/tenant-uid"), acme.metadata.uid.as_ref());
-    assert_eq!(labels.get("example.com/team").map(String::as_str), Some("payments"));
+    assert_eq!(
+        labels.get("sentry.io/tenant-uid"),
+        acme.metadata.uid.as_ref()
+    );
+    assert_eq!(
+        labels.get("example.com/team").map(String::as_str),
+        Some("payments")
+    );
     let annotations = copy.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(
-        annotations.get("reloader.example.com/match").map(String::as_str),
+        annotations
+            .get("reloader.example.com/match")
+            .map(String::as_str),
         Some("true")
     );
     let first_hash = annotations["sentry.io/credentials-hash"].clone();
@@ -225,7 +236,10 @@ async fn a_copy_waits_for_consent_then_follows_a_rotation_and_goes_with_its_entr
     })
     .await;
     wait_until("the condition to go", async || {
-        delivered_condition(&s, "acme").await.is_none().then_some(())
+        delivered_condition(&s, "acme")
+            .await
+            .is_none()
+            .then_some(())
     })
     .await;
     assert!(ch.refused().is_empty(), "refused: {:?}", ch.refused());
@@ -272,9 +286,10 @@ async fn a_secret_that_is_not_ours_is_left_alone_and_copies_go_with_their_tenant
     );
 
     // The tenant goes: its copy with it, their Secret stays.
-    let (ok, _, err) = s
-        .plane
-        .kubectl(&["delete", "tenant", "acme", "-n", &s.ns, "--wait=false"], None);
+    let (ok, _, err) = s.plane.kubectl(
+        &["delete", "tenant", "acme", "-n", &s.ns, "--wait=false"],
+        None,
+    );
     assert!(ok, "{err}");
     wait_until("the tenant to be gone", async || {
         Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)

@@ -1060,6 +1060,106 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
     })
 }
 
+/// The tenant's page lists its copies of the credentials with their state and the provisioner's
+/// word, and says how an application reads a key — a command, never a value; "Write copies now"
+/// starts one Deliver run, refused for a tenant that asks for no copies or is not provisioned.
+#[test]
+fn the_tenant_page_lists_its_copies_and_writes_them_on_request() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let spec = json!({"spec": {"credentials": {"copies": [
+            {"namespace": "payments", "secretName": "globex-db"},
+            {"namespace": "reports", "secretName": "globex-ro"},
+        ]}}});
+        c.tenants()
+            .patch("globex", &PatchParams::default(), &Patch::Merge(&spec))
+            .await
+            .unwrap();
+        let entry_hash = |ns: &str, name: &str| {
+            let entry: sentry_tenants::crd::CredentialsCopy =
+                serde_json::from_value(json!({"namespace": ns, "secretName": name})).unwrap();
+            entry.entry_hash()
+        };
+        c.patch_tenant_status(
+            "globex",
+            json!({"credentials": {"hash": "h1", "copies": [
+                {"namespace": "payments", "secretName": "globex-db", "state": "Delivered",
+                 "entryHash": entry_hash("payments", "globex-db"), "credentialsHash": "h1",
+                 "at": "2026-12-01T12:00:00Z"},
+                {"namespace": "reports", "secretName": "globex-ro", "state": "NoConsent",
+                 "entryHash": entry_hash("reports", "globex-ro"),
+                 "message": "namespace reports has not consented to copies", "at": "2026-12-01T12:00:00Z"},
+            ]}}),
+        )
+        .await;
+        c.sync_stores().await;
+
+        let page = get(dashboard_router(&c, false), "/tenants/globex").await;
+        let body = &page.body;
+        assert!(body.contains("Copies of the credentials"), "{body}");
+        assert!(
+            body.contains("<td>payments</td><td><code>globex-db</code></td><td>up to date</td>"),
+            "{body}"
+        );
+        assert!(
+            body.contains("<td>reports</td><td><code>globex-ro</code></td><td>waiting for consent</td><td>namespace reports has not consented to copies</td>"),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "kubectl -n payments get secret globex-db -o jsonpath='{.data.uri}' | base64 -d"
+            ),
+            "{body}"
+        );
+        assert!(body.contains(r#"action="/actions/tenants/globex/deliver""#));
+
+        c.log.clear();
+        let started = act(&c, "/actions/tenants/globex/deliver", "", true).await;
+        assert_eq!(started.status, StatusCode::OK, "{}", started.body);
+        assert!(
+            started.body.contains(
+                "Writing the copies of the credentials of globex: run globex-deliver-1 started"
+            ),
+            "{}",
+            started.body
+        );
+        assert_eq!(
+            c.run("globex-deliver-1").await.unwrap().spec.action,
+            RunAction::Deliver
+        );
+        c.sync_stores().await;
+        let again = act(&c, "/actions/tenants/globex/deliver", "", true).await;
+        assert!(
+            again.body.contains(
+                "globex is already having its copies of the credentials written by globex-deliver-1"
+            ),
+            "a double click starts one run: {}",
+            again.body
+        );
+        assert_eq!(c.log.creates_of("runjobs"), 1);
+
+        let unprovisioned = act(&c, "/actions/tenants/acme/deliver", "", true).await;
+        assert_eq!(unprovisioned.status, StatusCode::CONFLICT);
+        assert!(
+            unprovisioned
+                .body
+                .contains("acme is not provisioned yet: there are no credentials to deliver"),
+            "{}",
+            unprovisioned.body
+        );
+        c.report_provisioned("acme").await;
+        c.sync_stores().await;
+        let none = act(&c, "/actions/tenants/acme/deliver", "", true).await;
+        assert_eq!(none.status, StatusCode::CONFLICT);
+        assert!(
+            none.body
+                .contains("acme asks for no copies of its credentials (spec.credentials.copies)"),
+            "{}",
+            none.body
+        );
+    })
+}
+
 /// Revoke asks first (a link to the page with `?confirm=revoke`, whose dialog posts the action),
 /// starts one Revoke run, and is refused while a Rotate of the same tenant runs: two credentials changes
 /// at once would race for the pending password.

@@ -146,7 +146,7 @@ fn cases() -> Vec<Post> {
             "/actions/tenants/acme/explode",
             "",
             StatusCode::NOT_FOUND,
-            "no such action: /actions/tenants/acme/explode (the actions are provision, suspend, resume, rotate, revoke, delete and limits)",
+            "no such action: /actions/tenants/acme/explode (the actions are provision, suspend, resume, rotate, revoke, deliver, delete and limits)",
         ),
         Post {
             origin: Some("http://evil.example"),

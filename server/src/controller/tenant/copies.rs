@@ -11,8 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::history::{in_flight, latest_finished, serial};
 use crate::controller::attempts::{NextRun, next_run_by_hand, retry_delay};
 use crate::crd::{
-    ConditionStatus, CopyState, CopyStatus, CredentialsStatus, RunAction, RunJob, RunPhase,
-    Tenant,
+    ConditionStatus, CopyState, CopyStatus, CredentialsStatus, RunAction, RunJob, RunPhase, Tenant,
 };
 
 /// Whether each namespace consents to copies now, as the operator last asked the apiserver; a
@@ -170,7 +169,11 @@ fn failures_since_success(tenant: &Tenant, runs: &[Arc<RunJob>]) -> (u64, Option
             let status = r.status.as_ref()?;
             let phase = status.phase.filter(|p| p.is_finished())?;
             let ended = status.completion_time.as_ref().map(|t| t.0);
-            Some((serial(&r.metadata.name.clone().unwrap_or_default()), phase, ended))
+            Some((
+                serial(&r.metadata.name.clone().unwrap_or_default()),
+                phase,
+                ended,
+            ))
         })
         .chain(
             tenant
@@ -249,7 +252,11 @@ pub fn delivery_condition(
             "AwaitingConsent",
             format!(
                 "Waiting for consent to {}: the namespace's owner runs {}",
-                waiting.iter().map(|c| place(c)).collect::<Vec<_>>().join(", "),
+                waiting
+                    .iter()
+                    .map(|c| place(c))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 commands.join(" and ")
             ),
         )

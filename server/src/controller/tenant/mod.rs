@@ -81,10 +81,7 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         return reconcile_deleting(&tenant, runs, &taken, &ctx).await;
     }
     // Rule 9 needs to know whether the namespaces of out-of-date copies consent.
-    let consents = ctx
-        .consents
-        .of(&copies::namespaces_to_ask(&tenant))
-        .await?;
+    let consents = ctx.consents.of(&copies::namespaces_to_ask(&tenant)).await?;
     // Rules 4, 6, 5, 9: decided together, then carried out.
     let plan = runs_needed(&tenant, &runs, &consents, now);
     // No run is made for a tenant before it carries the reclaim finalizer: a deletion meanwhile would

@@ -45,6 +45,10 @@ pub fn runs_needed(
     decide(RunAction::Provision, next, &mut runs);
     let next = delivery_needed(tenant, &runs, consents, now);
     decide(RunAction::Deliver, next, &mut runs);
-    plan.wake_at = plan.wake_at.into_iter().chain(consent_wake(consents, now)).min();
+    plan.wake_at = plan
+        .wake_at
+        .into_iter()
+        .chain(consent_wake(consents, now))
+        .min();
     plan
 }

@@ -144,15 +144,9 @@ pub fn desired_status(
 
     // Rule 9's condition.
     match delivery_condition(tenant, runs, consents, now) {
-        Some((status, reason, message)) => set_condition(
-            c,
-            DELIVERED,
-            status,
-            reason,
-            &message,
-            generation,
-            now,
-        ),
+        Some((status, reason, message)) => {
+            set_condition(c, DELIVERED, status, reason, &message, generation, now)
+        }
         None => c.retain(|condition| condition.type_ != DELIVERED),
     }
 

@@ -374,7 +374,10 @@ fn a_plan_starts_each_run_the_rules_ask_for_in_rule_order() {
     );
     // In step with both: nothing to start and nothing to wake for.
     let in_step = provisioned(false, false, Vec::new());
-    assert_eq!(runs_needed(&in_step, &[], &Consents::new(), now), RunPlan::default());
+    assert_eq!(
+        runs_needed(&in_step, &[], &Consents::new(), now),
+        RunPlan::default()
+    );
 }
 
 /// A Manual tenant waits for a click; an Automatic one gets its Provision run; after a failed one,
@@ -385,7 +388,10 @@ fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
     let mut tenant = provisioned(false, false, Vec::new());
     tenant.status = None;
     tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Manual;
-    assert_eq!(runs_needed(&tenant, &[], &Consents::new(), now), RunPlan::default());
+    assert_eq!(
+        runs_needed(&tenant, &[], &Consents::new(), now),
+        RunPlan::default()
+    );
 
     tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Automatic;
     let plan = runs_needed(&tenant, &[], &Consents::new(), now);
@@ -519,10 +525,17 @@ fn a_copy_is_current_only_for_its_entry_and_the_credentials_on_file() {
     let current = with_copies(vec![reported(CopyState::Delivered, Some("h1"))], vec![]);
     assert!(out_of_date(&current).is_empty());
     assert!(copies::namespaces_to_ask(&current).is_empty());
-    assert_eq!(delivery_needed(&current, &[], &consents(true), now), NextRun::Idle);
+    assert_eq!(
+        delivery_needed(&current, &[], &consents(true), now),
+        NextRun::Idle
+    );
     assert_eq!(
         condition(&current, &Consents::new()),
-        Some(("True".into(), "Delivered".into(), "Copies up to date: app/acme-db".into()))
+        Some((
+            "True".into(),
+            "Delivered".into(),
+            "Copies up to date: app/acme-db".into()
+        ))
     );
 
     let rotated = with_copies(vec![reported(CopyState::Delivered, Some("h0"))], vec![]);
@@ -546,10 +559,17 @@ fn a_copy_is_current_only_for_its_entry_and_the_credentials_on_file() {
 fn a_conflict_is_reported_and_not_retried() {
     let now: Timestamp = NOW.parse().unwrap();
     let tenant = with_copies(vec![reported(CopyState::Conflict, None)], vec![]);
-    assert_eq!(delivery_needed(&tenant, &[], &consents(true), now), NextRun::Idle);
+    assert_eq!(
+        delivery_needed(&tenant, &[], &consents(true), now),
+        NextRun::Idle
+    );
     assert_eq!(
         condition(&tenant, &consents(true)),
-        Some(("False".into(), "Conflict".into(), "Conflict said the provisioner".into()))
+        Some((
+            "False".into(),
+            "Conflict".into(),
+            "Conflict said the provisioner".into()
+        ))
     );
 }
 
@@ -567,7 +587,15 @@ fn a_copy_no_longer_asked_for_is_removed() {
         NextRun::Start(_)
     ));
     // Gone from the report: no copy, no condition.
-    tenant.status.as_mut().unwrap().credentials.as_mut().unwrap().copies.clear();
+    tenant
+        .status
+        .as_mut()
+        .unwrap()
+        .credentials
+        .as_mut()
+        .unwrap()
+        .copies
+        .clear();
     assert_eq!(condition(&tenant, &Consents::new()), None);
 }
 
@@ -576,9 +604,16 @@ fn a_copy_no_longer_asked_for_is_removed() {
 #[test]
 fn no_deliver_run_while_the_newest_report_is_not_seen() {
     let now: Timestamp = NOW.parse().unwrap();
-    let done = record("acme-deliver-3", RunPhase::Succeeded, "2026-12-01T11:59:00Z");
+    let done = record(
+        "acme-deliver-3",
+        RunPhase::Succeeded,
+        "2026-12-01T11:59:00Z",
+    );
     let behind = with_copies(vec![], vec![done]);
-    assert_eq!(delivery_needed(&behind, &[], &consents(true), now), NextRun::Idle);
+    assert_eq!(
+        delivery_needed(&behind, &[], &consents(true), now),
+        NextRun::Idle
+    );
     let mut seen = behind.clone();
     let report = seen.status.as_mut().unwrap().credentials.as_mut().unwrap();
     report.written_by = Some("uid-acme-deliver-3".into());
@@ -595,11 +630,21 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
     let failed_at: Timestamp = "2026-12-01T11:59:58Z".parse().unwrap();
     let history = vec![
         record("acme-deliver-2", RunPhase::Failed, "2026-12-01T11:59:58Z"),
-        record("acme-deliver-1", RunPhase::Succeeded, "2026-12-01T11:00:00Z"),
+        record(
+            "acme-deliver-1",
+            RunPhase::Succeeded,
+            "2026-12-01T11:00:00Z",
+        ),
     ];
     let mut tenant = with_copies(vec![reported(CopyState::Failed, None)], history);
-    tenant.status.as_mut().unwrap().credentials.as_mut().unwrap().written_by =
-        Some("uid-acme-deliver-2".into());
+    tenant
+        .status
+        .as_mut()
+        .unwrap()
+        .credentials
+        .as_mut()
+        .unwrap()
+        .written_by = Some("uid-acme-deliver-2".into());
     let at = failed_at + retry_delay(&tenant, RunAction::Deliver, 1);
     assert_eq!(
         delivery_needed(&tenant, &[], &consents(true), NOW.parse().unwrap()),
