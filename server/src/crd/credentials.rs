@@ -43,6 +43,78 @@ pub struct CredentialsSpec {
     #[schemars(length(max = MAX_COPIES))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["namespace", "secretName"]))]
     pub copies: Vec<CredentialsCopy>,
+    /// Rotate the password on a schedule: a Rotate run when `every` has passed since the last
+    /// rotation (or since the credentials were made), the previous password kept for `overlap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<RotationSchedule>,
+}
+
+/// When the credentials are rotated by themselves.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = durations_rule(
+    &["self.every", "self.overlap"],
+    "!has(self.overlap) || duration(self.overlap) < duration(self.every)",
+).message("overlap must be shorter than every"))]
+pub struct RotationSchedule {
+    /// How often: `720h` (30 days), `168h`, `90m`; at least 1m, at most 9999h.
+    #[schemars(pattern(DURATION_PATTERN))]
+    #[x_kube(validation = durations_rule(&["self"], "duration(self) >= duration('1m')").message("every must be at least 1m"))]
+    pub every: String,
+    /// How long the previous password keeps working after a scheduled rotation, on ClickHouse
+    /// servers that hold several passwords per user (`15m`, `1h`); absent: the tenant's
+    /// `rotationGracePeriod`. Shorter than `every`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub overlap: Option<String>,
+}
+
+/// A duration in the spec: 1 to 4 digits and a unit, s, m or h (what CEL's `duration()` reads too).
+pub const DURATION_PATTERN: &str = "^[0-9]{1,4}[smh]$";
+
+impl RotationSchedule {
+    /// `every` as a duration (`None` for what the schema would refuse).
+    pub fn period(&self) -> Option<jiff::SignedDuration> {
+        parse_duration(&self.every).filter(|d| d.as_secs() >= 60)
+    }
+
+    /// `overlap` as a duration, when given.
+    pub fn overlap(&self) -> Option<jiff::SignedDuration> {
+        self.overlap.as_deref().and_then(parse_duration)
+    }
+}
+
+/// A CEL rule over durations that holds whenever one of `fields` is not a duration the pattern
+/// admits: the pattern's own error says so, and CEL's `duration()` is never asked to read it (it
+/// would add a conversion error to the answer).
+fn durations_rule(fields: &[&str], rule: &str) -> kube::core::Rule {
+    let unreadable: Vec<String> = fields
+        .iter()
+        .map(|f| {
+            let present = f
+                .rsplit_once('.')
+                .map(|(obj, field)| format!("has({obj}.{field}) && "))
+                .unwrap_or_default();
+            format!("({present}!{f}.matches('{DURATION_PATTERN}'))")
+        })
+        .collect();
+    kube::core::Rule::new(format!("{} || {rule}", unreadable.join(" || ")))
+}
+
+/// `30s`, `15m`, `720h`: 1 to 4 digits and a unit.
+pub fn parse_duration(text: &str) -> Option<jiff::SignedDuration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: i64 = digits
+        .parse()
+        .ok()
+        .filter(|_| (1..=4).contains(&digits.len()))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return None,
+    };
+    Some(jiff::SignedDuration::from_secs(seconds))
 }
 
 /// One copy of the credentials Secret.
@@ -111,6 +183,10 @@ pub struct CredentialsStatus {
     /// newest finished run, the reconciler waits rather than start another run from an older picture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<String>,
+    /// When the password last changed: a Provision run that made it, or a Rotate or Revoke run. The
+    /// rotation schedule counts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_at: Option<Time>,
     /// Where each copy stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_COPIES))]

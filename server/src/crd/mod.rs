@@ -11,7 +11,7 @@ mod tenant;
 pub use condition::{Condition, ConditionStatus, set_condition};
 pub use credentials::{
     AnnotationValue, CopyState, CopyStatus, CredentialsCopy, CredentialsSpec, CredentialsStatus,
-    LabelValue, MAX_COPIES,
+    LabelValue, MAX_COPIES, RotationSchedule,
 };
 pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,

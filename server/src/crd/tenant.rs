@@ -3,7 +3,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::credentials::{CredentialsCopy, CredentialsSpec, CredentialsStatus};
+use super::credentials::{
+    CredentialsCopy, CredentialsSpec, CredentialsStatus, RotationSchedule, parse_duration,
+};
 use super::{Condition, RunAction, RunPhase};
 use crate::limits::{
     MAX_CONCURRENT_QUERIES, MAX_EXECUTION_SECONDS, MAX_QUERIES_PER_HOUR, MEMORY_PATTERN,
@@ -130,7 +132,7 @@ impl TenantLimits {
 }
 
 /// A duration of one unit: seconds, minutes or hours.
-pub const ROTATION_GRACE_PATTERN: &str = "^[0-9]{1,4}[smh]$";
+pub const ROTATION_GRACE_PATTERN: &str = super::credentials::DURATION_PATTERN;
 pub const DEFAULT_ROTATION_GRACE_PERIOD: &str = "1h";
 
 fn default_rotation_grace_period() -> String {
@@ -187,25 +189,21 @@ impl TenantSpec {
             .unwrap_or_default()
     }
 
-    /// `rotationGracePeriod` as a duration; the schema admits only what parses, so anything else (an
-    /// object written before the schema had the field) is the default.
+    /// How long a rotation keeps the previous password: the schedule's `overlap` when it has one,
+    /// else `rotationGracePeriod`. The schema admits only what parses, so anything else (an object
+    /// written before the schema had the field) is the default.
     pub fn rotation_grace(&self) -> jiff::SignedDuration {
-        parse_grace(&self.rotation_grace_period)
-            .or_else(|| parse_grace(DEFAULT_ROTATION_GRACE_PERIOD))
+        self.rotation_schedule()
+            .and_then(RotationSchedule::overlap)
+            .or_else(|| parse_duration(&self.rotation_grace_period))
+            .or_else(|| parse_duration(DEFAULT_ROTATION_GRACE_PERIOD))
             .expect("the default parses")
     }
-}
 
-fn parse_grace(text: &str) -> Option<jiff::SignedDuration> {
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    let n: i64 = digits.parse().ok().filter(|_| digits.len() <= 4)?;
-    let seconds = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return None,
-    };
-    Some(jiff::SignedDuration::from_secs(seconds))
+    /// `spec.credentials.rotation`, when set.
+    pub fn rotation_schedule(&self) -> Option<&RotationSchedule> {
+        self.credentials.as_ref()?.rotation.as_ref()
+    }
 }
 
 /// What a Deprovision run (started when the Tenant is deleted) does.

@@ -349,12 +349,18 @@ fn keep_unchanged_times(mut report: Vec<CopyStatus>, previous: &[CopyStatus]) ->
     report
 }
 
-/// The report of a run that wrote the Secret or its copies: the new hash, this run's name, the
-/// copies' states.
-pub fn report(hash: String, run: Option<&str>, copies: Vec<CopyStatus>) -> CredentialsStatus {
+/// The report of a run that wrote the Secret or its copies: the new hash, this run's uid, the
+/// copies' states, when the password last changed.
+pub fn report(
+    hash: String,
+    run: Option<&str>,
+    copies: Vec<CopyStatus>,
+    rotated_at: Option<Time>,
+) -> CredentialsStatus {
     CredentialsStatus {
         hash,
         written_by: run.map(str::to_owned),
+        rotated_at,
         copies,
     }
 }

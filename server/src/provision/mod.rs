@@ -362,7 +362,7 @@ impl<C: ClickHouse> Provisioner<C> {
     async fn deliver(&self, name: &TenantName, tenant: &Tenant) -> Result<Outcome, ProvisionError> {
         require_provisioned(name, tenant)?;
         let before = reported_copies(tenant).len();
-        let credentials = self.deliver_copies(name, tenant).await?;
+        let credentials = self.deliver_copies(name, tenant, false).await?;
         self.sync
             .report_credentials(name, tenant, &credentials)
             .await?;
@@ -385,18 +385,31 @@ impl<C: ClickHouse> Provisioner<C> {
         &self,
         name: &TenantName,
         tenant: &Tenant,
+        new_password: bool,
     ) -> Result<crate::crd::CredentialsStatus, ProvisionError> {
+        let rotated_at = match new_password {
+            true => Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                self.clock.now(),
+            )),
+            false => tenant
+                .status
+                .as_ref()
+                .and_then(|s| s.credentials.as_ref())
+                .and_then(|c| c.rotated_at.clone()),
+        };
+        let report =
+            |hash, copies| copies::report(hash, self.sync.run(), copies, rotated_at.clone());
         let mut source = self.source_credentials(name, tenant).await?;
         let previous = reported_copies(tenant);
         if tenant.spec.credential_copies().is_empty() && previous.is_empty() {
-            return Ok(copies::report(source.1, self.sync.run(), Vec::new()));
+            return Ok(report(source.1, Vec::new()));
         }
         for _ in 0..3 {
             let (data, hash) = &source;
             let written = self.copier().deliver(tenant, data, hash, previous).await;
             let now = self.source_credentials(name, tenant).await?;
             if now.1 == *hash {
-                return Ok(copies::report(now.1, self.sync.run(), written));
+                return Ok(report(now.1, written));
             }
             source = now;
         }
@@ -490,7 +503,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 &kept,
             )
             .await?;
-        self.deliver_and_report(name, tenant).await?;
+        self.deliver_and_report(name, tenant, true).await?;
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
         }
@@ -519,7 +532,7 @@ impl<C: ClickHouse> Provisioner<C> {
         self.sync
             .commit_password(name, ids.database.as_str(), &self.clickhouse_url, &new, &[])
             .await?;
-        self.deliver_and_report(name, tenant).await?;
+        self.deliver_and_report(name, tenant, true).await?;
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
         }
@@ -535,8 +548,9 @@ impl<C: ClickHouse> Provisioner<C> {
         &self,
         name: &TenantName,
         tenant: &Tenant,
+        new_password: bool,
     ) -> Result<(), ProvisionError> {
-        let credentials = self.deliver_copies(name, tenant).await?;
+        let credentials = self.deliver_copies(name, tenant, new_password).await?;
         self.sync
             .report_credentials(name, tenant, &credentials)
             .await
@@ -675,7 +689,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 .existing_password(name, tenant)
                 .await?
                 .ok_or_else(|| would_rotate(name, ids))?;
-            let credentials = self.deliver_copies(name, tenant).await?;
+            let credentials = self.deliver_copies(name, tenant, false).await?;
             self.sync
                 .report(
                     name,
@@ -766,7 +780,9 @@ impl<C: ClickHouse> Provisioner<C> {
             locked: Some(locked),
             limits: Some(&limits),
         };
-        let credentials = self.deliver_copies(name, tenant).await?;
+        let credentials = self
+            .deliver_copies(name, tenant, created || rotated)
+            .await?;
         self.sync
             .report(
                 name,

@@ -518,6 +518,7 @@ fn credentials_patch(credentials: &CredentialsStatus) -> serde_json::Value {
     json!({
         "hash": credentials.hash,
         "writtenBy": credentials.written_by,
+        "rotatedAt": credentials.rotated_at,
         "copies": credentials.copies,
     })
 }

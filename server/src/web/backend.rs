@@ -164,19 +164,27 @@ fn clickhouse_generation(t: &Tenant) -> String {
     }
 }
 
-/// The credentials' latest rotation or revocation, from a run in flight or the history.
+/// The credentials' latest rotation or revocation, from a run in flight or the history, and when
+/// the schedule (if any) rotates them next.
 fn credentials(t: &Tenant, rotating: bool) -> String {
     if rotating {
         return "rotating…".to_owned();
     }
     let changed = |a: RunAction| matches!(a, RunAction::Rotate | RunAction::Revoke);
-    match t.history().iter().find(|h| changed(h.action)) {
+    let latest = match t.history().iter().find(|h| changed(h.action)) {
         None => "never rotated".to_owned(),
         Some(h) if h.phase == RunPhase::Failed => {
             format!("the last rotation ({}) failed: {}", h.name, h.message)
         }
         Some(h) if h.action == RunAction::Revoke => format!("revoked by {}: {}", h.name, h.message),
         Some(h) => format!("rotated by {}: {}", h.name, h.message),
+    };
+    match crate::controller::tenant::rotation_due(t) {
+        Some(due) => format!(
+            "{latest}; next scheduled rotation at {}",
+            due.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        None => latest,
     }
 }
 

@@ -107,6 +107,27 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
         !ok && err.contains("spec.credentials.copies[0].namespace"),
         "{err}"
     );
+
+    // A rotation schedule: durations CEL can read, every at least a minute, overlap shorter.
+    let schedule =
+        |fields: &str| format!("{}  credentials:\n    rotation:\n{fields}", tenant("acme"));
+    let (ok, _, err) = apply(schedule("      every: 720h\n      overlap: 1h\n"));
+    assert!(ok, "{err}");
+    for (fields, refusal) in [
+        ("      every: 30s\n", "every must be at least 1m"),
+        (
+            "      every: 1h\n      overlap: 1h\n",
+            "overlap must be shorter than every",
+        ),
+        (
+            "      every: 30d\n",
+            "spec.credentials.rotation.every in body should match",
+        ),
+    ] {
+        let (ok, _, err) = apply(schedule(fields));
+        assert!(!ok && err.contains(refusal), "{fields}: {err}");
+        assert!(!err.contains("type conversion error"), "{fields}: {err}");
+    }
 }
 
 /// The quick start's YAML (the install guide) and the README's tenant are what the apiserver admits,
@@ -151,6 +172,16 @@ async fn the_docs_yaml_is_admitted_under_strict_field_validation() {
     let (ok, out, err) = apply(&copies);
     assert!(
         ok && out.contains("tenant.sentry.io/copies-doc created"),
+        "{err}"
+    );
+    let schedule = doc_block("docs/concepts.md", "Rotation on a schedule", "yaml");
+    let schedule = format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: schedule-doc\n  namespace: {}\n{schedule}",
+        s.ns
+    );
+    let (ok, out, err) = apply(&schedule);
+    assert!(
+        ok && out.contains("tenant.sentry.io/schedule-doc created"),
         "{err}"
     );
 

@@ -67,7 +67,7 @@ async fn wait_for_reason(s: &Setup, tenant: &str, reason: &str) -> (String, Stri
 }
 
 /// The keys and values of a Secret's data.
-fn data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+pub fn data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
     secret
         .data
         .iter()
@@ -77,7 +77,7 @@ fn data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// What an application's copy must hold: the source's keys an application connects with.
-async fn expected_copy(s: &Setup, tenant: &str) -> BTreeMap<String, Vec<u8>> {
+pub async fn expected_copy(s: &Setup, tenant: &str) -> BTreeMap<String, Vec<u8>> {
     let source = Api::<Secret>::namespaced(s.admin.clone(), &s.ns)
         .get(&format!("{tenant}-clickhouse"))
         .await
@@ -116,7 +116,7 @@ fn consent_checks(s: &Setup, namespace: &str) -> usize {
         .count()
 }
 
-fn grant_credentials(s: &Setup, kubeconfig: &std::path::Path, namespace: &str) {
+pub fn grant_credentials(s: &Setup, kubeconfig: &std::path::Path, namespace: &str) {
     let out = std::process::Command::new(s.plane.project_binary())
         .arg("--kubeconfig")
         .arg(kubeconfig)

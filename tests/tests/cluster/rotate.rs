@@ -100,3 +100,105 @@ async fn overlapping_rotations_keep_every_valid_password_and_revoke_ends_them_al
     assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
     s.assert_no_forbidden();
 }
+
+/// A schedule rotates by itself: `rotation: {every: 1m, overlap: 30s}` starts a Rotate run a minute
+/// after the credentials were made; the Secret and the app's copy then hold the new password, the
+/// old one still logs in during the overlap and not after, and the condition names the next time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_for_the_overlap() {
+    use crate::copies::{data, expected_copy, grant_credentials};
+    use k8s_openapi::api::core::v1::Secret;
+    use sentry_tenants_tests::control_plane::wait_until_within;
+
+    let s = setup("rotate-schedule").await;
+    let app = s.another_namespace("rotate-app").await;
+    let user = s.ch_user("acme");
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    app.account_bound_to("owner", "admin");
+    let (_, owner) = app.as_account("owner").await;
+    grant_credentials(&s, &owner, &app.ns);
+    s.apply(&format!(
+        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  credentials:\n    rotation:\n      every: 1m\n      overlap: 30s\n    copies:\n    - namespace: {}\n      secretName: acme-db\n",
+        app.ns
+    ));
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let old = password(&s, "acme").await;
+    let tenants = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns);
+    let made_at = tenants
+        .get("acme")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .credentials
+        .unwrap()
+        .rotated_at;
+    assert!(
+        made_at.is_some(),
+        "the Provision run says when it made the password"
+    );
+
+    // Nobody applies a RunJob: the operator starts the rotation when it is due.
+    let patience = std::time::Duration::from_secs(240);
+    let runs: Api<sentry_tenants::crd::RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until_within("the scheduled Rotate run", patience, async || {
+        runs.get_opt("acme-rotate-1").await.ok()?.map(|_| ())
+    })
+    .await;
+    let run = finished(&s, "acme-rotate-1").await;
+    assert_eq!(
+        run.status.as_ref().unwrap().phase,
+        Some(RunPhase::Succeeded),
+        "{:?}",
+        run.status
+    );
+    let rotated = tenants
+        .get("acme")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .credentials
+        .unwrap()
+        .rotated_at
+        .unwrap();
+    assert!(
+        rotated.0 >= made_at.unwrap().0 + jiff::SignedDuration::from_mins(1),
+        "not before it was due"
+    );
+    let new = password(&s, "acme").await;
+    assert_ne!(new, old);
+    let app_secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &app.ns);
+    let copy = app_secrets.get("acme-db").await.unwrap();
+    assert_eq!(
+        data(&copy),
+        expected_copy(&s, "acme").await,
+        "the copy follows in the same run"
+    );
+    assert!(ch.may_log_in(&user, &new));
+    assert!(
+        ch.may_log_in(&user, &old),
+        "the old password, during the overlap"
+    );
+    wait_until("the old password to expire", async || {
+        (!ch.may_log_in(&user, &old)).then_some(())
+    })
+    .await;
+    assert!(ch.may_log_in(&user, &new));
+    let next = (rotated.0 + jiff::SignedDuration::from_mins(1))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    wait_until("the condition to name the next rotation", async || {
+        let t = tenants.get("acme").await.ok()?;
+        let c = t
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "CredentialsRotation")?;
+        (c.message.contains(&next) || c.reason == "Rotating").then_some(())
+    })
+    .await;
+    assert!(ch.refused().is_empty(), "refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::history::{in_flight, latest_finished, serial};
-use crate::controller::attempts::{NextRun, next_run_by_hand, retry_delay};
+use super::history::{in_flight, latest_finished, retried_since_success};
+use crate::controller::attempts::NextRun;
 use crate::crd::{
     ConditionStatus, CopyState, CopyStatus, CredentialsStatus, RunAction, RunJob, RunPhase, Tenant,
 };
@@ -43,7 +43,7 @@ pub struct OutOfDate {
     pub message: String,
 }
 
-fn reported(tenant: &Tenant) -> Option<&CredentialsStatus> {
+pub(super) fn reported(tenant: &Tenant) -> Option<&CredentialsStatus> {
     tenant.status.as_ref()?.credentials.as_ref()
 }
 
@@ -136,60 +136,18 @@ pub fn delivery_needed(
     if due.is_empty() || in_flight(runs, writes_copies) || report_behind(tenant, runs) {
         return NextRun::Idle;
     }
-    let (failures, last_end) = failures_since_success(tenant, runs);
-    if let Some(ended) = last_end.filter(|_| failures > 0) {
-        let at = ended + retry_delay(tenant, RunAction::Deliver, failures);
-        if at > now {
-            return NextRun::RetryAt {
-                attempt: failures + 1,
-                at,
-            };
-        }
-    }
-    NextRun::Start(next_run_by_hand(tenant, runs, RunAction::Deliver))
+    retried_since_success(tenant, runs, RunAction::Deliver, now)
 }
 
 /// Whether the newest finished run that writes copies succeeded without the tenant showing its
 /// report yet. A tenant whose report names no run (written by hand, or before reports named their
 /// run) is taken as it is.
-fn report_behind(tenant: &Tenant, runs: &[Arc<RunJob>]) -> bool {
+pub(super) fn report_behind(tenant: &Tenant, runs: &[Arc<RunJob>]) -> bool {
     let Some(written_by) = reported(tenant).and_then(|r| r.written_by.as_deref()) else {
         return false;
     };
     latest_finished(runs, tenant.history(), writes_copies)
         .is_some_and(|f| f.phase == RunPhase::Succeeded && f.uid != written_by)
-}
-
-/// Deliver runs that failed since the last one that succeeded, and when the newest of them ended.
-fn failures_since_success(tenant: &Tenant, runs: &[Arc<RunJob>]) -> (u64, Option<Timestamp>) {
-    let mut finished: Vec<(u64, RunPhase, Option<Timestamp>)> = runs
-        .iter()
-        .filter(|r| r.spec.action == RunAction::Deliver)
-        .filter_map(|r| {
-            let status = r.status.as_ref()?;
-            let phase = status.phase.filter(|p| p.is_finished())?;
-            let ended = status.completion_time.as_ref().map(|t| t.0);
-            Some((
-                serial(&r.metadata.name.clone().unwrap_or_default()),
-                phase,
-                ended,
-            ))
-        })
-        .chain(
-            tenant
-                .history()
-                .iter()
-                .filter(|h| h.action == RunAction::Deliver)
-                .map(|h| (serial(&h.name), h.phase, Some(h.finished_at.0))),
-        )
-        .collect();
-    finished.sort_by_key(|(serial, _, _)| std::cmp::Reverse(*serial));
-    finished.dedup_by_key(|(serial, _, _)| *serial);
-    let failed: Vec<_> = finished
-        .iter()
-        .take_while(|(_, phase, _)| *phase == RunPhase::Failed)
-        .collect();
-    (failed.len() as u64, failed.first().and_then(|(_, _, e)| *e))
 }
 
 /// When a tenant waiting for a namespace's consent looks again: [`CONSENT_RECHECK`] from now.

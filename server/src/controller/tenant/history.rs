@@ -138,3 +138,51 @@ pub(super) fn latest_failure(
         .map(|f| describe_failure(action.as_str(), &f))
         .unwrap_or_else(|| format!("{} run failed", action.as_str()))
 }
+
+/// The next run of `action` that the reconciler starts by itself outside the per-generation
+/// attempts (a Deliver, a scheduled Rotate): at once after a success, a failed one retried after
+/// [`retry_delay`](crate::controller::attempts::retry_delay) counted from the failures since the
+/// last run of it that succeeded.
+pub(super) fn retried_since_success(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    action: RunAction,
+    now: Timestamp,
+) -> crate::controller::attempts::NextRun {
+    use crate::controller::attempts::{NextRun, next_run_by_hand, retry_delay};
+    let mut finished: Vec<(u64, RunPhase, Option<Timestamp>)> = runs
+        .iter()
+        .filter(|r| r.spec.action == action)
+        .filter_map(|r| {
+            let status = r.status.as_ref()?;
+            let phase = status.phase.filter(|p| p.is_finished())?;
+            let ended = status.completion_time.as_ref().map(|t| t.0);
+            let name = r.metadata.name.as_deref().unwrap_or_default();
+            Some((serial(name), phase, ended))
+        })
+        .chain(
+            tenant
+                .history()
+                .iter()
+                .filter(|h| h.action == action)
+                .map(|h| (serial(&h.name), h.phase, Some(h.finished_at.0))),
+        )
+        .collect();
+    finished.sort_by_key(|(serial, _, _)| std::cmp::Reverse(*serial));
+    finished.dedup_by_key(|(serial, _, _)| *serial);
+    let failed: Vec<_> = finished
+        .iter()
+        .take_while(|(_, phase, _)| *phase == RunPhase::Failed)
+        .collect();
+    let failures = failed.len() as u64;
+    if let Some(ended) = failed.first().and_then(|(_, _, e)| *e) {
+        let at = ended + retry_delay(tenant, action, failures);
+        if at > now {
+            return NextRun::RetryAt {
+                attempt: failures + 1,
+                at,
+            };
+        }
+    }
+    NextRun::Start(next_run_by_hand(tenant, runs, action))
+}

@@ -26,11 +26,16 @@
 //!    one retried as in rule 4. A copy whose namespace has not consented starts nothing: the
 //!    `CredentialsDelivered` condition names the namespace and the command that consents, and the
 //!    tenant looks again every minute. A conflicting Secret (not ours) waits for a person.
+//! 10. A provisioned tenant with `spec.credentials.rotation` gets a Rotate run once `every` has
+//!    passed since its password last changed (`status.credentials.rotatedAt`): one run that writes
+//!    the credentials at a time, a failed one retried as in rule 4; the `CredentialsRotation`
+//!    condition says when it last changed and when it is next due.
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
 //!
 //! The rules are pure functions of (tenant, its runs, the namespaces' consents, now), one file per
-//! part: `plan.rs` (which runs to start, rules 4–6 and 9, built on `next_run.rs` and `copies.rs`),
+//! part: `plan.rs` (which runs to start, rules 4–6, 9 and 10, built on `next_run.rs`, `copies.rs`
+//! and `rotation.rs`),
 //! `status.rs` (rules 2, 3, 7), `reclaim.rs` (rule 1), over the facts `history.rs` reads from the
 //! runs. Consents are asked of the apiserver first (`controller::consent`). [`reconcile`] below only carries out what they
 //! decide: create the runs, write the status if it changed (rule 8), wake for the soonest retry.
@@ -40,6 +45,7 @@ mod history;
 mod next_run;
 mod plan;
 pub mod reclaim;
+mod rotation;
 mod status;
 
 use std::sync::Arc;
@@ -58,6 +64,7 @@ pub use history::{ProvisionRuns, enforced_limits, enforced_lock, provision_runs}
 pub use next_run::{automatic_provision, limits_run_needed, lock_run_needed, new_run_job};
 pub use plan::{RunPlan, runs_needed};
 use reclaim::Reclaim;
+pub use rotation::{rotation_due, scheduled_rotation};
 pub use status::{desired_status, owned_status, phase};
 
 /// One reconcile of a Tenant: read its runs, let the rules decide, carry it out.

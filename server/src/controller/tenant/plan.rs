@@ -6,10 +6,11 @@ use jiff::Timestamp;
 
 use super::copies::{Consents, consent_wake, delivery_needed};
 use super::next_run::{automatic_provision, limits_run_needed, lock_run_needed, new_run_job};
+use super::rotation::{rotation_wake, scheduled_rotation};
 use crate::controller::attempts::NextRun;
 use crate::crd::{RunAction, RunJob, Tenant};
 
-/// What rules 4, 6, 5 and 9 ask of a live tenant now.
+/// What rules 4, 6, 5, 10 and 9 ask of a live tenant now.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RunPlan {
     /// The runs to create, in rule order: (name, action).
@@ -18,8 +19,9 @@ pub struct RunPlan {
     pub wake_at: Option<Timestamp>,
 }
 
-/// Rules 4 (Suspend/Resume), 6 (SetLimits), 5 (Provision) and 9 (Deliver), in that order; each
-/// decides with the runs the ones before it start counted as created, as they will be.
+/// Rules 4 (Suspend/Resume), 6 (SetLimits), 5 (Provision), 10 (a scheduled Rotate) and 9
+/// (Deliver), in that order; each decides with the runs the ones before it start counted as
+/// created, as they will be (a Rotate writes the copies too, so no Deliver starts beside it).
 pub fn runs_needed(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
@@ -43,12 +45,13 @@ pub fn runs_needed(
     decide(RunAction::SetLimits, next, &mut runs);
     let next = automatic_provision(tenant, &runs, now);
     decide(RunAction::Provision, next, &mut runs);
+    let next = scheduled_rotation(tenant, &runs, now);
+    decide(RunAction::Rotate, next, &mut runs);
     let next = delivery_needed(tenant, &runs, consents, now);
     decide(RunAction::Deliver, next, &mut runs);
-    plan.wake_at = plan
-        .wake_at
-        .into_iter()
+    plan.wake_at = (plan.wake_at.into_iter())
         .chain(consent_wake(consents, now))
+        .chain(rotation_wake(tenant, now))
         .min();
     plan
 }

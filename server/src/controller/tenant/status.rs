@@ -9,6 +9,7 @@ use super::copies::{Consents, delivery_condition};
 use super::history::*;
 use super::next_run::{automatic_provision, next_limits_run, next_lock_run};
 use super::reclaim::{self, Reclaim};
+use super::rotation::rotation_condition;
 use crate::controller::attempts::{NextRun, what_next};
 use crate::crd::{
     ConditionStatus, ProvisioningPolicy, RunAction, RunJob, RunRecord, Tenant, TenantPhase,
@@ -17,6 +18,8 @@ use crate::crd::{
 
 /// Where the copies of the credentials stand (rule 9).
 pub const DELIVERED: &str = "CredentialsDelivered";
+/// When the credentials were last rotated and are next due (rule 10).
+pub const ROTATION: &str = "CredentialsRotation";
 
 /// The phase rule from ARCHITECTURE.md, in order. Never Active without a database name; un-suspending
 /// a provisioned tenant lands straight on Active because nothing here remembers the previous phase.
@@ -148,6 +151,13 @@ pub fn desired_status(
             set_condition(c, DELIVERED, status, reason, &message, generation, now)
         }
         None => c.retain(|condition| condition.type_ != DELIVERED),
+    }
+    // Rule 10's condition.
+    match rotation_condition(tenant, runs, now) {
+        Some((status, reason, message)) => {
+            set_condition(c, ROTATION, status, reason, &message, generation, now)
+        }
+        None => c.retain(|condition| condition.type_ != ROTATION),
     }
 
     if database.is_some() {

@@ -438,10 +438,12 @@ fn with_copies(copies: Vec<CopyStatus>, history: Vec<RunRecord>) -> Tenant {
     let mut tenant = provisioned(false, false, history);
     tenant.spec.credentials = Some(CredentialsSpec {
         copies: vec![entry()],
+        rotation: None,
     });
     tenant.status.as_mut().unwrap().credentials = Some(CredentialsStatus {
         hash: "h1".into(),
         written_by: Some("uid-acme-provision-10".into()),
+        rotated_at: None,
         copies,
     });
     tenant
@@ -666,4 +668,127 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
 fn no_copies_no_condition() {
     let tenant = provisioned(false, false, vec![]);
     assert_eq!(condition(&tenant, &Consents::new()), None);
+}
+
+// Rule 10: rotation on a schedule.
+
+use crate::crd::RotationSchedule;
+
+/// A provisioned tenant rotated every hour (overlap 5m), whose password last changed at `rotated`.
+fn on_schedule(rotated: &str, history: Vec<RunRecord>) -> Tenant {
+    let mut tenant = provisioned(false, false, history);
+    tenant.spec.credentials = Some(CredentialsSpec {
+        copies: vec![],
+        rotation: Some(RotationSchedule {
+            every: "1h".into(),
+            overlap: Some("5m".into()),
+        }),
+    });
+    tenant.status.as_mut().unwrap().credentials = Some(CredentialsStatus {
+        hash: "h1".into(),
+        written_by: Some("uid-acme-provision-10".into()),
+        rotated_at: Some(jiff_time(rotated)),
+        copies: vec![],
+    });
+    tenant
+}
+
+/// Before it is due nothing starts and the reconciler wakes for it; once due, one Rotate run,
+/// which keeps the previous password for the schedule's overlap.
+#[test]
+fn a_scheduled_rotation_starts_when_due_and_wakes_for_it_before() {
+    let tenant = on_schedule("2026-12-01T11:30:00Z", vec![]);
+    let due: Timestamp = "2026-12-01T12:30:00Z".parse().unwrap();
+    let now: Timestamp = NOW.parse().unwrap();
+    assert_eq!(
+        runs_needed(&tenant, &[], &Consents::new(), now),
+        RunPlan {
+            start: vec![],
+            wake_at: Some(due),
+        }
+    );
+    assert_eq!(
+        condition_of(&tenant, ROTATION, now),
+        Some((
+            "True".into(),
+            "Scheduled".into(),
+            "Password last changed at 2026-12-01T11:30:00Z; the next rotation (every 1h) is due at 2026-12-01T12:30:00Z".into()
+        ))
+    );
+    assert_eq!(
+        runs_needed(&tenant, &[], &Consents::new(), due).start,
+        [("acme-rotate-1".to_owned(), RunAction::Rotate)]
+    );
+    assert_eq!(
+        tenant.spec.rotation_grace(),
+        jiff::SignedDuration::from_mins(5)
+    );
+}
+
+/// The due rotation is under way: nothing more starts beside it, nor after it until the tenant
+/// shows its report (its `rotatedAt` is the old one until then); a failed one is retried after
+/// its backoff, said on the condition.
+#[test]
+fn a_scheduled_rotation_waits_for_its_report_and_retries_a_failure() {
+    let due: Timestamp = "2026-12-01T12:30:00Z".parse().unwrap();
+    let tenant = on_schedule("2026-12-01T11:30:00Z", vec![]);
+    let rotating = Arc::new(new_run_job(&tenant, "acme-rotate-1", RunAction::Rotate));
+    assert_eq!(scheduled_rotation(&tenant, &[rotating], due), NextRun::Idle);
+
+    let done = record("acme-rotate-1", RunPhase::Succeeded, "2026-12-01T12:30:05Z");
+    let behind = on_schedule("2026-12-01T11:30:00Z", vec![done]);
+    assert_eq!(scheduled_rotation(&behind, &[], due), NextRun::Idle);
+
+    let failed = record("acme-rotate-1", RunPhase::Failed, "2026-12-01T12:30:05Z");
+    let mut failing = on_schedule("2026-12-01T11:30:00Z", vec![failed]);
+    failing
+        .status
+        .as_mut()
+        .unwrap()
+        .credentials
+        .as_mut()
+        .unwrap()
+        .written_by = Some("uid-acme-rotate-1".into());
+    let ended: Timestamp = "2026-12-01T12:30:05Z".parse().unwrap();
+    let at = ended + retry_delay(&failing, RunAction::Rotate, 1);
+    assert_eq!(
+        scheduled_rotation(&failing, &[], ended),
+        NextRun::RetryAt { attempt: 2, at }
+    );
+    let (status, reason, message) = condition_of(&failing, ROTATION, ended).unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RotationFailed")
+    );
+    assert!(
+        message.starts_with("Rotate run acme-rotate-1 failed"),
+        "{message}"
+    );
+    assert_eq!(
+        scheduled_rotation(&failing, &[], at),
+        NextRun::Start("acme-rotate-2".into())
+    );
+}
+
+/// Credentials with no reported change count from the Tenant's creation; no schedule, no rule.
+#[test]
+fn a_schedule_counts_from_creation_without_a_report_and_nothing_without_a_schedule() {
+    let mut tenant = on_schedule(NOW, vec![]);
+    tenant.status.as_mut().unwrap().credentials = None;
+    tenant.metadata.creation_timestamp = Some(jiff_time("2026-12-01T10:00:00Z"));
+    assert_eq!(
+        rotation_due(&tenant),
+        Some("2026-12-01T11:00:00Z".parse().unwrap())
+    );
+    let plain = provisioned(false, false, vec![]);
+    assert_eq!(rotation_due(&plain), None);
+    assert_eq!(condition_of(&plain, ROTATION, NOW.parse().unwrap()), None);
+}
+
+fn condition_of(tenant: &Tenant, type_: &str, now: Timestamp) -> Option<(String, String, String)> {
+    desired_status(tenant, &[], &Consents::new(), now)
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
 }
