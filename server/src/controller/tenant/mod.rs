@@ -27,9 +27,9 @@
 //!    `CredentialsDelivered` condition names the namespace and the command that consents, and the
 //!    tenant looks again every minute. A conflicting Secret (not ours) waits for a person.
 //! 10. A provisioned tenant with `spec.credentials.rotation` gets a Rotate run once `every` has
-//!    passed since its password last changed (`status.credentials.rotatedAt`): one run that writes
-//!    the credentials at a time, a failed one retried as in rule 4; the `CredentialsRotation`
-//!    condition says when it last changed and when it is next due.
+//!     passed since its password last changed (`status.credentials.rotatedAt`): one run that writes
+//!     the credentials at a time, a failed one retried as in rule 4; the `CredentialsRotation`
+//!     condition says when it last changed and when it is next due.
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
 //!
