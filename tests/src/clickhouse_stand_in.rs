@@ -2,15 +2,11 @@
 //! product): no ClickHouse >= 20.4 can be installed on the machines this project is built on, and the
 //! provisioner's success path needs SQL users. It speaks ClickHouse's HTTP interface (credentials in
 //! `X-ClickHouse-User`/`X-ClickHouse-Key`, Basic auth or `?user=&password=`; errors as HTTP status,
-//! `X-ClickHouse-Exception-Code` and `Code: N. DB::Exception: …`), runs **every statement through chdb's
-//! current ClickHouse parser** (a syntax error is answered with Code 62, as the server would), records
-//! it, and answers from [`Model`]: the version, `system.users`, DDL, `ALTER USER … HOST`, and a tenant's
-//! login checked against the stored SHA-256 and lock. It does not execute SQL, check grants or
-//! privileges, or store data.
+//! `X-ClickHouse-Exception-Code` and `Code: N. DB::Exception: …`) and answers from the stand-in's
+//! server, [`Model`]: every statement through chdb's parser, the admin's statements applied, a
+//! tenant's login and statement checked by its authentication methods, lock, grants, quota and
+//! settings profile. It stores no rows: a tenant's allowed query that reads a table answers none.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Query, State};
@@ -20,68 +16,15 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
-use crate::clickhouse_model::Model;
-use crate::processes::Owned;
+use crate::clickhouse_model::{Login, Model, http_status};
 
 /// A current ClickHouse version, as `SELECT version()` answers.
 pub const VERSION: &str = "26.9.1.1";
-
-/// chdb's parser in one long-lived Python process (`tests/chdb_parse.py --serve`).
-struct Parser {
-    _child: Owned,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Parser {
-    fn start() -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let python = root.join("../target/chdb-venv/bin/python");
-        assert!(
-            python.exists(),
-            "{} is missing: run `bash scripts/setup.sh` (it installs chdb-core)",
-            python.display()
-        );
-        let mut child = Owned::spawn(
-            Command::new(python)
-                .arg(root.join("chdb_parse.py"))
-                .arg("--serve")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit()),
-        )
-        .expect("start chdb's parser");
-        let stdin = child.child_mut().stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.child_mut().stdout.take().expect("stdout"));
-        Self {
-            _child: child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// `Ok(formatted)` or `Err(parser message)`.
-    fn check(&mut self, sql: &str) -> Result<String, String> {
-        writeln!(self.stdin, "{}", serde_json::Value::String(sql.to_owned()))
-            .expect("write to chdb");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read from chdb");
-        let answer: serde_json::Value = serde_json::from_str(&line).expect("chdb answers JSON");
-        match (answer["ok"].as_str(), answer["error"].as_str()) {
-            (Some(ok), _) => Ok(ok.to_owned()),
-            (_, Some(e)) => Err(e.to_owned()),
-            _ => Err(format!("unexpected answer from chdb: {line}")),
-        }
-    }
-}
 
 struct Inner {
     model: Model,
     /// Each answer waits this long: a slow server, so a test can act while a run is in flight.
     delay: std::time::Duration,
-    parser: Parser,
-    /// Statements chdb refused (a provisioner bug the tests fail on).
-    refused: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -169,35 +112,17 @@ async fn handle(
 
 fn answer(s: &Shared, user: &str, password: &str, sql: &str) -> Response {
     let mut inner = s.inner.lock().expect("stand-in lock");
-    let is_admin = (user, password) == (s.admin.0.as_str(), s.admin.1.as_str());
-    if !is_admin && !inner.model.may_log_in(user, password) {
-        return error(
-            StatusCode::FORBIDDEN,
-            516,
-            &format!(
-                "{user}: Authentication failed: password is incorrect, or there is no user with such name"
-            ),
-        );
-    }
-    if let Err(message) = inner.parser.check(sql) {
-        inner.refused.push(sql.to_owned());
-        return error(
-            StatusCode::BAD_REQUEST,
-            62,
-            &format!("Syntax error: {message}"),
-        );
-    }
-    if !is_admin {
-        // A tenant's own session: the provisioner only checks that it can log in.
-        return (StatusCode::OK, "1\n").into_response();
-    }
-    match inner.model.answer(VERSION, sql) {
+    let login = if (user, password) == (s.admin.0.as_str(), s.admin.1.as_str()) {
+        Login::Admin
+    } else {
+        Login::User { user, password }
+    };
+    match inner.model.serve(VERSION, login, sql) {
         Ok(answer) => (StatusCode::OK, answer).into_response(),
-        Err(refused) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            refused.code,
-            &refused.message,
-        ),
+        Err(refused) => {
+            let status = StatusCode::from_u16(http_status(refused.code)).expect("a status");
+            error(status, refused.code, &refused.message)
+        }
     }
 }
 
@@ -228,10 +153,6 @@ impl ClickHouseStandIn {
             inner: Arc::new(Mutex::new(Inner {
                 model: Model::default(),
                 delay: std::time::Duration::ZERO,
-                parser: tokio::task::spawn_blocking(Parser::start)
-                    .await
-                    .expect("start the parser"),
-                refused: Vec::new(),
             })),
         };
         let listener = tokio::net::TcpListener::bind((ip, 0))
@@ -294,30 +215,17 @@ impl ClickHouseStandIn {
             .clone()
     }
 
+    /// Statements chdb's parser refused.
     pub fn refused(&self) -> Vec<String> {
-        self.shared.inner.lock().expect("lock").refused.clone()
+        self.model(|m| m.syntax_errors.clone())
     }
 
     pub fn user_hash(&self, user: &str) -> Option<String> {
-        self.shared
-            .inner
-            .lock()
-            .expect("lock")
-            .model
-            .users
-            .get(user)
-            .cloned()
+        self.model(|m| m.password_hash(user))
     }
 
     pub fn is_locked(&self, user: &str) -> Option<bool> {
-        self.shared
-            .inner
-            .lock()
-            .expect("lock")
-            .model
-            .locked
-            .get(user)
-            .copied()
+        self.model(|m| m.is_locked(user))
     }
 
     pub fn may_log_in(&self, user: &str, password: &str) -> bool {
@@ -347,7 +255,7 @@ impl ClickHouseStandIn {
 
     pub fn has_database(&self, database: &str) -> bool {
         let inner = self.shared.inner.lock().expect("lock");
-        inner.model.databases.contains(database)
+        inner.model.databases.contains_key(database)
     }
 }
 

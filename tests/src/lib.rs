@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 pub mod browser;
+pub mod chdb;
 pub mod clickhouse_model;
 pub mod clickhouse_server;
 pub mod clickhouse_stand_in;
@@ -1271,15 +1272,16 @@ pub fn requeue_secs(action: &Action) -> Option<f64> {
     })
 }
 
-/// The ClickHouse seam for provisioner tests that need no server: records every statement and keeps
-/// just enough state (users and their password hashes) to answer the provisioner's two questions.
-/// What real ClickHouse does with these statements is tested against Debian's server and chdb's parser.
+/// The ClickHouse seam for provisioner tests that need no server: the stand-in's server
+/// ([`crate::clickhouse_model::Model`], the same rules as the HTTP stand-in's) called in-process, with
+/// failures a test injects.
 pub mod clickhouse_seam {
     use std::sync::{Arc, Mutex};
 
-    use sentry_tenants::provision::{ChError, ClickHouse, sha256_hex};
+    use sentry_tenants::provision::{ChError, ClickHouse};
 
     pub use crate::clickhouse_model::Model;
+    use crate::clickhouse_model::{Login, sha256_hex};
 
     #[derive(Default)]
     struct State {
@@ -1325,18 +1327,29 @@ pub mod clickhouse_seam {
         pub fn clear(&self) {
             self.state.lock().unwrap().model.statements.clear();
         }
-        /// A user that exists in ClickHouse with some password (made by hand, or by a lost run).
+        /// A user that exists in ClickHouse with some password (made or changed by hand, or by a
+        /// lost run), as an admin does it: `CREATE USER` or `ALTER USER`, the hash computed here.
         pub fn add_user(&self, user: &str, password: &str) {
-            self.state
-                .lock()
-                .unwrap()
+            let mut state = self.state.lock().unwrap();
+            let statement = if state.model.users.contains_key(user) {
+                "ALTER USER"
+            } else {
+                "CREATE USER"
+            };
+            let sql = format!(
+                "{statement} `{user}` IDENTIFIED WITH sha256_hash BY '{}'",
+                sha256_hex(password)
+            );
+            let version = self.version.clone();
+            state
                 .model
-                .users
-                .insert(user.to_owned(), sha256_hex(password));
+                .serve(&version, Login::Admin, &sql)
+                .expect("the user is made");
+            state.model.statements.pop();
         }
         /// Whether `user`'s logins are locked (`HOST NONE`), as the last statement about it left them.
         pub fn is_locked(&self, user: &str) -> Option<bool> {
-            self.state.lock().unwrap().model.locked.get(user).copied()
+            self.state.lock().unwrap().model.is_locked(user)
         }
         /// Statements that changed an existing user's password.
         pub fn password_changes(&self) -> usize {
@@ -1363,7 +1376,7 @@ pub mod clickhouse_seam {
                 .unwrap()
                 .model
                 .databases
-                .contains(database)
+                .contains_key(database)
         }
         /// Reads the server's state (profiles, quotas, …).
         pub fn model<T>(&self, read: impl FnOnce(&Model) -> T) -> T {
@@ -1408,34 +1421,28 @@ pub mod clickhouse_seam {
             let mut st = self.state.lock().unwrap();
             st.failure()?;
             st.model
-                .answer(&self.version, sql)
-                .map_err(|refused| ChError::Server {
-                    status: 500,
-                    code: Some(refused.code),
-                    message: refused.message,
-                })
+                .serve(&self.version, Login::Admin, sql)
+                .map_err(server_error)
         }
 
-        async fn query_as(
-            &self,
-            user: &str,
-            password: &str,
-            _sql: &str,
-        ) -> Result<String, ChError> {
+        async fn query_as(&self, user: &str, password: &str, sql: &str) -> Result<String, ChError> {
             let mut st = self.state.lock().unwrap();
             // A refused admin does not stop the tenant's own login; a server that is gone does.
             if matches!(st.fail_with, Some(ChError::Unreachable(_))) {
                 st.failure()?;
             }
-            if st.model.password_matches(user, password) && !crate::rehearsal::logins_refused() {
-                Ok(format!("{user}\n"))
-            } else {
-                Err(ChError::Server {
-                    status: 516,
-                    code: Some(516),
-                    message: "Authentication failed".into(),
-                })
-            }
+            st.model
+                .serve(&self.version, Login::User { user, password }, sql)
+                .map_err(server_error)
+        }
+    }
+
+    /// A refusal as the product's HTTP client reads it.
+    fn server_error(refused: crate::clickhouse_model::Refused) -> ChError {
+        ChError::Server {
+            status: crate::clickhouse_model::http_status(refused.code),
+            code: Some(refused.code),
+            message: refused.message,
         }
     }
 }

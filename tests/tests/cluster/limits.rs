@@ -24,7 +24,7 @@ fn profile(ch: &ClickHouseStandIn, s: &Setup) -> Profile {
 
 fn quota(ch: &ClickHouseStandIn, s: &Setup) -> Option<(i64, String)> {
     let name = format!("{}_quota", s.ch_database("acme"));
-    ch.model(|m| m.quotas.get(&name).cloned())
+    ch.model(|m| m.quotas.get(&name).map(|q| (q.max_queries, q.to.clone())))
 }
 
 async fn synced(tenants: &Api<Tenant>) -> Tenant {

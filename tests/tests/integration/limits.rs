@@ -196,7 +196,9 @@ async fn provision_applies_the_limits_and_set_limits_updates_them_in_place_and_i
     let p = c.provisioner(&ch, false);
     p.run(&acme(), RunAction::Provision).await.unwrap();
     let profile = |ch: &RecordingClickHouse| ch.model(|m| m.profiles.get(PROFILE).cloned());
-    let quota = |ch: &RecordingClickHouse| ch.model(|m| m.quotas.get(QUOTA).cloned());
+    let quota = |ch: &RecordingClickHouse| {
+        ch.model(|m| m.quotas.get(QUOTA).map(|q| (q.max_queries, q.to.clone())))
+    };
     assert_eq!(
         profile(&ch),
         Some((

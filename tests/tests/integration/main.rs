@@ -23,6 +23,7 @@ mod reclaim;
 mod run_cap;
 mod runjob_rules;
 mod stale_cache_drill;
+mod stand_in_rules;
 mod tenant_rules;
 mod uninstall_check;
 mod watch_wiring;
