@@ -201,6 +201,43 @@ impl ClickHouseStandIn {
         *self.task.lock().expect("lock") = serve_plain(listener, app(&self.shared));
     }
 
+    /// `sql` sent over HTTP as an application logged in as `user` sends it: the rows, or the refusal's
+    /// exception code and message as the server answered them.
+    pub async fn query_as(
+        &self,
+        user: &str,
+        password: &str,
+        sql: &str,
+    ) -> Result<String, (u32, String)> {
+        use http_body_util::BodyExt;
+        let request = http::Request::post(format!("{}/", self.url))
+            .header("X-ClickHouse-User", user)
+            .header("X-ClickHouse-Key", password)
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                sql.to_owned(),
+            )))
+            .expect("a request");
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        let reply = client.request(request).await.expect("the stand-in answers");
+        let code = reply
+            .headers()
+            .get("X-ClickHouse-Exception-Code")
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let body = reply
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes();
+        let body = String::from_utf8_lossy(&body).into_owned();
+        match code {
+            None => Ok(body),
+            Some(code) => Err((code, body)),
+        }
+    }
+
     pub fn set_delay(&self, delay: std::time::Duration) {
         self.shared.inner.lock().expect("lock").delay = delay;
     }

@@ -14,6 +14,7 @@ mod copies;
 mod drill;
 mod image;
 mod install;
+mod isolation;
 mod leader;
 mod limits;
 mod local_dashboard;
