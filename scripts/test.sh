@@ -4,7 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase's wall-clock seconds, for the run-times table this prints at the end (scripts/run_times.py).
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
+mark() { echo "phase	$1	$SECONDS" >>"$times"; }
+mark start
 bash scripts/setup.sh
+mark setup
 
 # A cold run writes ~10 GiB under target/ (test binaries, the wasm build, the control plane, chdb). Say
 # so before starting rather than as "No space left on device" twenty minutes in.
@@ -27,6 +33,7 @@ cargo clippy --locked -p sentry-tenants-app --lib --target wasm32-unknown-unknow
 
 # The release pipeline runs only on a tag, never here: its workflows and krew manifest are linted instead.
 bash scripts/lint-release.sh
+mark "formatting and lints"
 
 # The real control plane tier's cluster: built from tests/cluster/go.mod on first use (cached under
 # target/k8s), started fresh for this run, stopped at the end. Failing to build or start it fails the run.
@@ -34,10 +41,11 @@ export SENTRY_TENANTS_CLUSTER_DIR=target/cluster-test
 bash scripts/cluster.sh reset >/dev/null
 SENTRY_TENANTS_E2E_KUBECONFIG=$(bash scripts/cluster.sh up)
 export SENTRY_TENANTS_E2E_KUBECONFIG
+mark "the local cluster up"
 
 log=$(mktemp)
 cargo_pid=
-trap '[ -z "$cargo_pid" ] || kill "$cargo_pid" 2>/dev/null; rm -f "$log"; bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
+trap '[ -z "$cargo_pid" ] || kill "$cargo_pid" 2>/dev/null; rm -f "$log" "$times"; bash scripts/cluster.sh down >/dev/null 2>&1' EXIT
 # Every process of the test run carries this mark in its environment (the cluster's daemons drop it), so
 # whatever a test leaves behind is found below. cargo writes to a file, not a pipe: a leftover process
 # holding the pipe would keep a reader such as tee waiting for ever.
@@ -49,6 +57,7 @@ tail -n +1 -f --pid="$cargo_pid" "$log"
 wait "$cargo_pid"
 status=$?
 cargo_pid=
+mark "cargo test (builds and every test binary)"
 set -e
 
 # Nothing a test started may outlive the run (tests/src/processes.rs kills what each test started
@@ -112,6 +121,8 @@ else
 fi
 # cargo prints one "test result" line per test binary, the last usually for doc tests with nothing in
 # them; this line sums them all.
+mark "the audit log checked"
+python3 scripts/run_times.py "$times" "$log" | tee target/test-times.md
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i; if ($(i+1) ~ /^ignored;?$/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit "$status"
