@@ -3,8 +3,8 @@
 # provisioner and its SQL builder (server/src/provision/) and the installer (server/src/install/),
 # against the fast test tier: the server crate's unit tests and the in-memory integration tests. Left
 # out of each mutant's test run: the 1,000-tenant fault drill (minutes per run; its rules are covered by
-# the smaller drills), and the tests that need Debian's ClickHouse or chdb (transport and parser, not
-# rules). Results go to target/mutants/out/mutants.out/ (outcomes.json, caught.txt, missed.txt, …);
+# the smaller drills), and the tests that need Debian's ClickHouse or check every generated statement
+# with chdb (transport and parser, not rules; the ClickHouse stand-in's own chdb stays in). Results go to target/mutants/out/mutants.out/ (outcomes.json, caught.txt, missed.txt, …);
 # MUTANTS.md records them.
 #
 #   bash scripts/mutants.sh                 # every mutant (728 at the time of writing: ~7 h on 2 cores)
@@ -41,6 +41,8 @@ else
   git -C "$root/src" clean --quiet -fdx
 fi
 export CARGO_TARGET_DIR=$root/target
+# The ClickHouse stand-in's parser (chdb) lives in this checkout's venv, not in the worktree's.
+export SENTRY_TENANTS_CHDB_PYTHON=$PWD/target/chdb-venv/bin/python
 
 files=(-f 'server/src/controller/*.rs' -f 'server/src/provision/*.rs' -f 'server/src/install/*.rs')
 # Both phases build and run only the server crate's unit tests and the integration test binary.
