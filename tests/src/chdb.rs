@@ -28,8 +28,10 @@ impl Chdb {
     pub fn start() -> Self {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         // Another checkout of the tests (scripts/mutants.sh's worktree) names the venv setup.sh made.
-        let python = std::env::var_os("SENTRY_TENANTS_CHDB_PYTHON")
-            .map_or_else(|| root.join("../target/chdb-venv/bin/python"), PathBuf::from);
+        let python = std::env::var_os("SENTRY_TENANTS_CHDB_PYTHON").map_or_else(
+            || root.join("../target/chdb-venv/bin/python"),
+            PathBuf::from,
+        );
         assert!(
             python.exists(),
             "{} is missing: run `bash scripts/setup.sh` (it installs chdb-core)",

@@ -125,15 +125,11 @@ async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     let old = password(&s, "acme").await;
     let tenants = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns);
-    let made_at = tenants
-        .get("acme")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .credentials
-        .unwrap()
-        .rotated_at;
+    let rotated_at = async || {
+        let status = tenants.get("acme").await.unwrap().status.unwrap();
+        status.credentials.unwrap().rotated_at
+    };
+    let made_at = rotated_at().await;
     assert!(
         made_at.is_some(),
         "the Provision run says when it made the password"
@@ -153,16 +149,7 @@ async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_
         "{:?}",
         run.status
     );
-    let rotated = tenants
-        .get("acme")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .credentials
-        .unwrap()
-        .rotated_at
-        .unwrap();
+    let rotated = rotated_at().await.unwrap();
     assert!(
         rotated.0 >= made_at.unwrap().0 + jiff::SignedDuration::from_mins(1),
         "not before it was due"

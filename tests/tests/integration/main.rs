@@ -8,7 +8,6 @@ mod clickhouse_parser;
 mod clickhouse_tls;
 mod crd_schema;
 mod dashboard_http;
-mod docs_links;
 mod e2e_clickhouse;
 mod fault_drills;
 mod harness_clock;

@@ -449,6 +449,12 @@ fn with_copies(copies: Vec<CopyStatus>, history: Vec<RunRecord>) -> Tenant {
     tenant
 }
 
+/// The tenant's `status.credentials`, which the test tenant has.
+fn credentials_report(tenant: &mut Tenant) -> &mut CredentialsStatus {
+    let status = tenant.status.as_mut().expect("a status");
+    status.credentials.as_mut().expect("a credentials report")
+}
+
 fn reported(state: CopyState, credentials_hash: Option<&str>) -> CopyStatus {
     CopyStatus {
         namespace: "app".into(),
@@ -589,15 +595,7 @@ fn a_copy_no_longer_asked_for_is_removed() {
         NextRun::Start(_)
     ));
     // Gone from the report: no copy, no condition.
-    tenant
-        .status
-        .as_mut()
-        .unwrap()
-        .credentials
-        .as_mut()
-        .unwrap()
-        .copies
-        .clear();
+    credentials_report(&mut tenant).copies.clear();
     assert_eq!(condition(&tenant, &Consents::new()), None);
 }
 
@@ -617,7 +615,7 @@ fn no_deliver_run_while_the_newest_report_is_not_seen() {
         NextRun::Idle
     );
     let mut seen = behind.clone();
-    let report = seen.status.as_mut().unwrap().credentials.as_mut().unwrap();
+    let report = credentials_report(&mut seen);
     report.written_by = Some("uid-acme-deliver-3".into());
     assert_eq!(
         delivery_needed(&seen, &[], &consents(true), now),
@@ -639,14 +637,7 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
         ),
     ];
     let mut tenant = with_copies(vec![reported(CopyState::Failed, None)], history);
-    tenant
-        .status
-        .as_mut()
-        .unwrap()
-        .credentials
-        .as_mut()
-        .unwrap()
-        .written_by = Some("uid-acme-deliver-2".into());
+    credentials_report(&mut tenant).written_by = Some("uid-acme-deliver-2".into());
     let at = failed_at + retry_delay(&tenant, RunAction::Deliver, 1);
     assert_eq!(
         delivery_needed(&tenant, &[], &consents(true), NOW.parse().unwrap()),
@@ -741,14 +732,7 @@ fn a_scheduled_rotation_waits_for_its_report_and_retries_a_failure() {
 
     let failed = record("acme-rotate-1", RunPhase::Failed, "2026-12-01T12:30:05Z");
     let mut failing = on_schedule("2026-12-01T11:30:00Z", vec![failed]);
-    failing
-        .status
-        .as_mut()
-        .unwrap()
-        .credentials
-        .as_mut()
-        .unwrap()
-        .written_by = Some("uid-acme-rotate-1".into());
+    credentials_report(&mut failing).written_by = Some("uid-acme-rotate-1".into());
     let ended: Timestamp = "2026-12-01T12:30:05Z".parse().unwrap();
     let at = ended + retry_delay(&failing, RunAction::Rotate, 1);
     assert_eq!(
