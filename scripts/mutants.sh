@@ -44,7 +44,7 @@ export CARGO_TARGET_DIR=$root/target
 # The ClickHouse stand-in's parser (chdb) lives in this checkout's venv, not in the worktree's.
 export SENTRY_TENANTS_CHDB_PYTHON=$PWD/target/chdb-venv/bin/python
 
-files=(-f 'server/src/controller/*.rs' -f 'server/src/provision/*.rs' -f 'server/src/install/*.rs')
+files=(-f 'server/src/controller/**/*.rs' -f 'server/src/provision/*.rs' -f 'server/src/install/*.rs')
 # Both phases build and run only the server crate's unit tests and the integration test binary.
 # cargo-mutants 27.1.0 runs its baseline with the mutated package's tests only (ignoring
 # --test-package), where `--test integration` does not exist; so the baseline is skipped and the
