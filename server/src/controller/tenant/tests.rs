@@ -663,6 +663,7 @@ fn no_copies_no_condition() {
 
 // Rule 10: rotation on a schedule.
 
+use super::rotation::rotation_wake;
 use crate::crd::RotationSchedule;
 
 /// A provisioned tenant rotated every hour (overlap 5m), whose password last changed at `rotated`.
@@ -709,6 +710,17 @@ fn a_scheduled_rotation_starts_when_due_and_wakes_for_it_before() {
     assert_eq!(
         runs_needed(&tenant, &[], &Consents::new(), due).start,
         [("acme-rotate-1".to_owned(), RunAction::Rotate)]
+    );
+    // At the due time itself: no wake for a time already reached (it would requeue at once), and
+    // the condition no longer says it is ahead.
+    assert_eq!(rotation_wake(&tenant, due), None);
+    assert_eq!(
+        rotation_wake(&tenant, due - jiff::SignedDuration::from_secs(1)),
+        Some(due)
+    );
+    assert_eq!(
+        condition_of(&tenant, ROTATION, due).map(|(_, reason, _)| reason),
+        Some("Rotating".to_owned())
     );
     assert_eq!(
         tenant.spec.rotation_grace(),
@@ -764,6 +776,19 @@ fn a_schedule_counts_from_creation_without_a_report_and_nothing_without_a_schedu
         rotation_due(&tenant),
         Some("2026-12-01T11:00:00Z".parse().unwrap())
     );
+    // Neither a tenant not yet provisioned nor one being deleted is rotated.
+    let mut unprovisioned = tenant.clone();
+    unprovisioned.status.as_mut().unwrap().history.clear();
+    unprovisioned
+        .status
+        .as_mut()
+        .unwrap()
+        .click_house_database_name = None;
+    assert!(!unprovisioned.is_provisioned());
+    assert_eq!(rotation_due(&unprovisioned), None);
+    let mut deleting = tenant.clone();
+    deleting.metadata.deletion_timestamp = Some(jiff_time(NOW));
+    assert_eq!(rotation_due(&deleting), None);
     let plain = provisioned(false, false, vec![]);
     assert_eq!(rotation_due(&plain), None);
     assert_eq!(condition_of(&plain, ROTATION, NOW.parse().unwrap()), None);
