@@ -5,8 +5,9 @@
 //! methods, each checked as ClickHouse checks it), roles, grants, databases, settings profiles and
 //! quotas; a tenant's login is checked by its methods and lock, and its statement by its grants
 //! (read from chdb's parse tree, see [`access`]), its quota and its profile, then answered. It stores
-//! no rows. The rules, each with the ClickHouse documentation page it follows, are tabled in
-//! `docs/testing.md`; `tests/tests/integration/stand_in_rules.rs` tests each one against this model.
+//! no rows. The rules, each with the ClickHouse documentation page it follows, are tabled in the
+//! README (what it does not do: `docs/testing.md`); `tests/tests/integration/stand_in_rules.rs` tests
+//! each one against this model.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
