@@ -525,6 +525,63 @@ fn a_copy_waits_for_consent_and_starts_nothing_meanwhile() {
     assert_eq!(plan.wake_at, None);
 }
 
+/// A report counts for the entry of its namespace *and* name: a copy delivered under another name in
+/// the same namespace (or the same name elsewhere) leaves the entry out of date, and is itself to be
+/// removed.
+#[test]
+fn a_copy_report_counts_for_its_namespace_and_name_together() {
+    let elsewhere = |namespace: &str, name: &str| CopyStatus {
+        namespace: namespace.into(),
+        secret_name: name.into(),
+        ..reported(CopyState::Delivered, Some("h1"))
+    };
+    for other in [elsewhere("app", "old-name"), elsewhere("other", "acme-db")] {
+        let place = format!("{}/{}", other.namespace, other.secret_name);
+        let tenant = with_copies(vec![other], vec![]);
+        let stale: Vec<(String, String, bool)> = out_of_date(&tenant)
+            .into_iter()
+            .map(|c| (c.namespace, c.secret_name, c.removed))
+            .collect();
+        let (namespace, name) = place.split_once('/').unwrap();
+        assert_eq!(
+            stale,
+            [
+                ("app".to_owned(), "acme-db".to_owned(), false),
+                (namespace.to_owned(), name.to_owned(), true),
+            ],
+            "{place}"
+        );
+    }
+}
+
+/// Only a tenant that is provisioned and not being deleted has namespaces to ask about; a run that
+/// writes no credentials (Suspend, SetLimits) in flight does not hold a Deliver run back.
+#[test]
+fn consent_is_asked_for_provisioned_live_tenants_and_only_credential_writers_hold_a_delivery() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let tenant = with_copies(vec![], vec![]);
+    let mut deleting = tenant.clone();
+    deleting.metadata.deletion_timestamp = Some(jiff_time(NOW));
+    assert!(copies::namespaces_to_ask(&deleting).is_empty());
+    let mut unprovisioned = tenant.clone();
+    unprovisioned
+        .status
+        .as_mut()
+        .unwrap()
+        .click_house_database_name = None;
+    assert!(copies::namespaces_to_ask(&unprovisioned).is_empty());
+
+    for action in RunAction::ALL {
+        let run = Arc::new(new_run_job(&tenant, "acme-other-1", action));
+        let held = delivery_needed(&tenant, &[run], &consents(true), now) == NextRun::Idle;
+        let writer = matches!(
+            action,
+            RunAction::Provision | RunAction::Rotate | RunAction::Revoke | RunAction::Deliver
+        );
+        assert_eq!(held, writer, "{action:?} in flight");
+    }
+}
+
 /// Delivered for this entry and these credentials: nothing to do, the condition says so. Written
 /// for other credentials (a rotation since) or with another entry: out of date.
 #[test]
