@@ -554,8 +554,9 @@ fn a_copy_report_counts_for_its_namespace_and_name_together() {
     }
 }
 
-/// Only a tenant that is provisioned and not being deleted has namespaces to ask about; a run that
-/// writes no credentials (Suspend, SetLimits) in flight does not hold a Deliver run back.
+/// Only a tenant that is provisioned and not being deleted has namespaces to ask about and gets a
+/// Deliver run; a run that writes no credentials (Suspend, SetLimits) in flight does not hold a
+/// Deliver run back.
 #[test]
 fn consent_is_asked_for_provisioned_live_tenants_and_only_credential_writers_hold_a_delivery() {
     let now: Timestamp = NOW.parse().unwrap();
@@ -570,6 +571,12 @@ fn consent_is_asked_for_provisioned_live_tenants_and_only_credential_writers_hol
         .unwrap()
         .click_house_database_name = None;
     assert!(copies::namespaces_to_ask(&unprovisioned).is_empty());
+    for quiet in [&deleting, &unprovisioned] {
+        assert_eq!(
+            delivery_needed(quiet, &[], &consents(true), now),
+            NextRun::Idle
+        );
+    }
 
     for action in RunAction::ALL {
         let run = Arc::new(new_run_job(&tenant, "acme-other-1", action));
