@@ -708,6 +708,17 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
         NextRun::RetryAt { attempt: 2, at }
     );
     assert_eq!(
+        condition(&tenant, &consents(true)),
+        Some((
+            "False".into(),
+            "DeliveryFailed".into(),
+            format!(
+                "app/acme-db: Failed said the provisioner. Attempt 2 starts at {}",
+                at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            )
+        ))
+    );
+    assert_eq!(
         delivery_needed(&tenant, &[], &consents(true), at),
         NextRun::Start("acme-deliver-3".into())
     );
