@@ -377,10 +377,12 @@ pub fn read(formatted: &str, ast: &str, default_db: &str) -> Result<Statement, R
         "AlterQuery" if starts("ALTER TABLE") => {
             table_statement(&root, "ALTER", default_db, &mut out)?
         }
-        "TruncateQuery"
-            if starts("TRUNCATE TABLE") || starts("TRUNCATE ") && !starts("TRUNCATE ALL") =>
-        {
-            table_statement(&root, "TRUNCATE", default_db, &mut out)?
+        // Not `TRUNCATE DATABASE` or `TRUNCATE ALL TABLES`: the same node, a database's name in it.
+        "TruncateQuery" if starts("TRUNCATE TABLE") => {
+            table_statement(&root, "TRUNCATE", default_db, &mut out)?;
+            if if_exists {
+                out.tables.clear();
+            }
         }
         "OptimizeQuery" => table_statement(&root, "OPTIMIZE", default_db, &mut out)?,
         "ShowTables" if starts("SHOW TABLES") => {

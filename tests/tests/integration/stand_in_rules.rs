@@ -350,6 +350,11 @@ fn a_tenant_login_reaches_only_what_its_grants_cover() {
         "what the stand-in does not model is refused"
     );
     assert_eq!(
+        refusal(&mut m, user, pw, "TRUNCATE DATABASE tenant_acme").0,
+        codes::NOT_IMPLEMENTED,
+        "a database's truncation is not read as a table's"
+    );
+    assert_eq!(
         refusal(
             &mut m,
             user,
