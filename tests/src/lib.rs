@@ -1345,6 +1345,7 @@ pub mod clickhouse_seam {
                 .model
                 .serve(&version, Login::Admin, &sql)
                 .expect("the user is made");
+            // Made by hand, not by the provisioner: not in the log of what the provisioner sent.
             state.model.statements.pop();
         }
         /// Whether `user`'s logins are locked (`HOST NONE`), as the last statement about it left them.

@@ -155,6 +155,11 @@ fn identifiers(node: &Node) -> Vec<&str> {
         .collect()
 }
 
+/// The database a `CREATE DATABASE`/`DROP DATABASE` node names.
+fn database_named(node: &Node) -> Result<String, Refused> {
+    plain_name(identifiers(node).first().copied().unwrap_or_default())
+}
+
 fn plain_name(name: &str) -> Result<String, Refused> {
     table_name(name, "").map(|(_, n)| n)
 }
@@ -313,7 +318,7 @@ pub fn read(formatted: &str, ast: &str, default_db: &str) -> Result<Statement, R
             }
         }
         "CreateQuery" if starts("CREATE DATABASE") => {
-            let db = plain_name(identifiers(&root).first().copied().unwrap_or_default())?;
+            let db = database_named(&root)?;
             out.needs
                 .push(need("CREATE DATABASE", Object::Database(db)));
         }
@@ -349,7 +354,7 @@ pub fn read(formatted: &str, ast: &str, default_db: &str) -> Result<Statement, R
             };
         }
         "DropQuery" if starts("DROP DATABASE") => {
-            let db = plain_name(identifiers(&root).first().copied().unwrap_or_default())?;
+            let db = database_named(&root)?;
             out.needs
                 .push(need("DROP DATABASE", Object::Database(db.clone())));
             if !if_exists {

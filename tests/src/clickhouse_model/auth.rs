@@ -33,7 +33,7 @@ fn bad(message: String) -> Refused {
     }
 }
 
-fn hex_digest(data: &[u8], algorithm: &'static ring::digest::Algorithm) -> Vec<u8> {
+fn digest(data: &[u8], algorithm: &'static ring::digest::Algorithm) -> Vec<u8> {
     ring::digest::digest(algorithm, data).as_ref().to_vec()
 }
 
@@ -59,8 +59,8 @@ fn check_hex(hash: &str, bytes: usize, method: &str) -> Result<String, Refused> 
 }
 
 fn double_sha1(password: &str) -> String {
-    let once = hex_digest(password.as_bytes(), &ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
-    hex(&hex_digest(&once, &ring::digest::SHA1_FOR_LEGACY_USE_ONLY))
+    let once = digest(password.as_bytes(), &ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    hex(&digest(&once, &ring::digest::SHA1_FOR_LEGACY_USE_ONLY))
 }
 
 /// One method of an `IDENTIFIED WITH` list, from its name to the end of its clauses.
