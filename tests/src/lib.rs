@@ -9,7 +9,7 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::client::Body;
 use kube::runtime::controller::Action;
@@ -747,6 +747,7 @@ struct Writers {
     tenants: Writer<Tenant>,
     runjobs: Writer<RunJob>,
     jobs: Writer<Job>,
+    markers: Writer<ConfigMap>,
 }
 
 impl Cluster {
@@ -820,6 +821,7 @@ impl Cluster {
             tenants: writers.tenants,
             runjobs: writers.runjobs,
             jobs: writers.jobs,
+            markers: writers.markers,
         };
         Self {
             client,
@@ -1030,6 +1032,17 @@ impl Cluster {
         let runs = self.runjobs().list(&all).await.unwrap().items;
         let jobs = self.jobs().list(&all).await.unwrap().items;
         self.fill_stores(tenants, runs, jobs);
+        // The credentials Secrets' markers, as the operator's ConfigMap watch selects them.
+        let markers = Api::<ConfigMap>::namespaced(self.admin.clone(), NS)
+            .list(&ListParams::default().labels("app.kubernetes.io/component=credentials-marker"))
+            .await
+            .unwrap()
+            .items;
+        refill(&mut self.writers.lock().unwrap().markers, markers);
+        self.ctx
+            .stores
+            .synced
+            .mark(sentry_tenants::controller::Cache::Markers);
     }
 
     /// Puts exactly these objects in the caches, as three watches would after listing them: the
@@ -1081,6 +1094,7 @@ impl Cluster {
     /// Empties the caches: an operator that just restarted and has not listed anything yet.
     pub fn clear_stores(&self) {
         let mut w = self.writers.lock().unwrap();
+        refill(&mut w.markers, Vec::new());
         refill(&mut w.tenants, Vec::new());
         refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, Vec::new());
         refill(&mut w.jobs, Vec::new());

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use super::{Context, RunIndex, error_policy, runjob, tenant};
-use crate::crd::{RunJob, Tenant};
+use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
 const SHARED_BUFFER: usize = 1024;
@@ -25,21 +26,25 @@ pub struct Stores {
     pub tenants: Store<Tenant>,
     pub runjobs: Store<RunJob>,
     pub jobs: Store<Job>,
+    /// The markers of the tenants' credentials Secrets (rule 11), by name.
+    pub markers: Store<ConfigMap>,
     /// Runs by tenant, fed from the RunJob watch alongside its cache.
     pub run_index: RunIndex,
     pub changes: Changes,
     pub synced: Synced,
 }
 
-/// One of the three caches.
+/// One of the caches.
 #[derive(Clone, Copy, Debug)]
 pub enum Cache {
     Tenants = 1,
     RunJobs = 2,
     Jobs = 4,
+    Markers = 8,
 }
 
-const ALL_CACHES: u8 = Cache::Tenants as u8 | Cache::RunJobs as u8 | Cache::Jobs as u8;
+const ALL_CACHES: u8 =
+    Cache::Tenants as u8 | Cache::RunJobs as u8 | Cache::Jobs as u8 | Cache::Markers as u8;
 
 /// Which caches have had their first complete list, for any number of waiters and for the probe.
 ///
@@ -64,6 +69,10 @@ impl Synced {
     }
     pub fn all(&self) -> bool {
         *self.0.borrow() == ALL_CACHES
+    }
+    /// Whether `cache` had its first complete list.
+    pub fn has(&self, cache: Cache) -> bool {
+        *self.0.borrow() & cache as u8 != 0
     }
     pub async fn wait_all(&self) {
         let _ = self.0.subscribe().wait_for(|s| *s == ALL_CACHES).await;
@@ -92,6 +101,9 @@ pub struct StoreWriters {
     pub tenants: reflector::store::Writer<Tenant>,
     pub runjobs: reflector::store::Writer<RunJob>,
     pub jobs: reflector::store::Writer<Job>,
+    /// Not shared: the Tenant controller is told of markers through [`marker_watch`], deletions
+    /// included (a shared stream's subscribers are never told of those).
+    pub markers: reflector::store::Writer<ConfigMap>,
 }
 
 impl Stores {
@@ -99,11 +111,13 @@ impl Stores {
         let (tenants, tw) = reflector::store_shared(SHARED_BUFFER);
         let (runjobs, rw) = reflector::store_shared(SHARED_BUFFER);
         let (jobs, jw) = reflector::store_shared(SHARED_BUFFER);
+        let mw = reflector::store::Writer::default();
         (
             Stores {
                 tenants,
                 runjobs,
                 jobs,
+                markers: mw.as_reader(),
                 run_index: RunIndex::default(),
                 changes: Changes::new(),
                 synced: Synced::new(),
@@ -112,6 +126,7 @@ impl Stores {
                 tenants: tw,
                 runjobs: rw,
                 jobs: jw,
+                markers: mw,
             },
         )
     }
@@ -136,7 +151,7 @@ impl Stores {
         cache: Cache,
     ) -> impl FnMut(&Result<watcher::Event<K>, E>) + use<K, E> {
         let (synced, changes) = (self.synced.clone(), self.changes.clone());
-        let announced = !matches!(cache, Cache::Jobs);
+        let announced = matches!(cache, Cache::Tenants | Cache::RunJobs);
         move |event| match event {
             Ok(watcher::Event::InitDone) => {
                 synced.mark(cache);
@@ -282,6 +297,54 @@ pub fn watch_caches(
     }
 }
 
+/// The markers of the tenants' credentials Secrets (`provision::secret_marker`) feeding their
+/// cache. Yields the tenant of every marker that comes or goes, and, once the first list is in,
+/// every cached tenant: a Secret deleted while nobody watched shows only by its marker's absence.
+pub fn marker_watch(
+    client: kube::Client,
+    namespace: &str,
+    stores: &Stores,
+    writer: reflector::store::Writer<ConfigMap>,
+) -> impl Stream<Item = ObjectRef<Tenant>> + Send + 'static {
+    let selector = format!(
+        "{}={SECRET_MARKER_COMPONENT},{MANAGED_BY_SELECTOR}",
+        crate::labels::COMPONENT
+    );
+    let tenants = stores.tenants.clone();
+    watcher(
+        Api::<ConfigMap>::namespaced(client, namespace),
+        watch_config().labels(&selector),
+    )
+    .default_backoff()
+    .modify(drop_managed_fields)
+    .reflect(writer)
+    .inspect(stores.after_cached(Cache::Markers))
+    .flat_map(move |event| {
+        let tenants: Vec<ObjectRef<Tenant>> = match event {
+            Ok(watcher::Event::Apply(marker) | watcher::Event::Delete(marker)) => {
+                tenant_of_marker(&marker).into_iter().collect()
+            }
+            Ok(watcher::Event::InitDone) => tenants
+                .state()
+                .iter()
+                .map(|t| ObjectRef::from_obj(t.as_ref()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        futures::stream::iter(tenants)
+    })
+}
+
+/// The Tenant a marker was written for (its `sentry.io/tenant` label).
+fn tenant_of_marker(marker: &ConfigMap) -> Option<ObjectRef<Tenant>> {
+    let tenant = marker
+        .metadata
+        .labels
+        .as_ref()?
+        .get(crate::labels::TENANT)?;
+    Some(ObjectRef::new(tenant).within(marker.metadata.namespace.as_deref()?))
+}
+
 /// Starts one watch per kind, each feeding its cache and its subscribers, and both controllers.
 /// Resolves when `shutdown` fires and the controllers have finished their in-flight reconciles.
 pub async fn run_controllers(
@@ -293,6 +356,7 @@ pub async fn run_controllers(
         tenants: tw,
         runjobs: rw,
         jobs: jw,
+        markers: mw,
     } = writers;
     let ns = ctx.config.shared.namespace.clone();
     let client = ctx.client.clone();
@@ -301,6 +365,7 @@ pub async fn run_controllers(
     let subscribe_runs_b = rw.subscribe().expect("shared store");
     let subscribe_jobs = jw.subscribe().expect("shared store");
 
+    let markers = marker_watch(client.clone(), &ns, &ctx.stores, mw);
     let watches = watch_caches(client, &ns, &ctx.stores, (tw, rw, Some(jw)));
 
     let config = kube::runtime::controller::Config::default()
@@ -313,6 +378,7 @@ pub async fn run_controllers(
         Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
             .with_config(config.clone())
             .watches_shared_stream(subscribe_runs_a, tenant_of_run)
+            .reconcile_on(markers)
             .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
             .graceful_shutdown_on(shutdown.clone())
             .run(
@@ -446,12 +512,14 @@ mod tests {
 
         stores.synced.mark(Cache::Tenants);
         stores.synced.mark(Cache::RunJobs);
+        stores.synced.mark(Cache::Markers);
         assert!(
             ours.as_mut()
                 .poll(&mut Context::from_waker(&our_waker))
                 .is_pending(),
             "jobs not listed yet"
         );
+        assert!(stores.synced.has(Cache::Markers) && !stores.synced.has(Cache::Jobs));
         let before = our_wakes.0.load(Ordering::SeqCst);
         stores.synced.mark(Cache::Jobs);
         assert!(

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -47,6 +48,50 @@ pub struct CredentialsSpec {
     /// rotation (or since the credentials were made), the previous password kept for `overlap`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotation: Option<RotationSchedule>,
+    /// What happens when the credentials Secret is deleted: `Report` (the default) says so on the
+    /// `CredentialsSecret` condition and waits for a person to start a Rotate run; `Rotate` starts
+    /// one by itself. Either way the new password replaces every earlier one at once (their hashes
+    /// were kept only in the Secret), and the copies follow in the same run.
+    #[serde(default, skip_serializing_if = "OnSecretLoss::is_report")]
+    pub on_secret_loss: OnSecretLoss,
+}
+
+/// What the operator does about a deleted credentials Secret.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnSecretLoss {
+    /// Say so on the `CredentialsSecret` condition; a person starts the Rotate run.
+    #[default]
+    Report,
+    /// Start a Rotate run, which writes a new Secret with a new password.
+    Rotate,
+}
+
+impl OnSecretLoss {
+    fn is_report(&self) -> bool {
+        *self == Self::Report
+    }
+}
+
+/// The name of the marker ConfigMap the provisioner writes beside the credentials Secret `secret`
+/// whose uid is `uid`. The marker is owned by that Secret, so the garbage collector deletes it with
+/// the Secret: the operator, which may not read Secrets, learns of the deletion from its ConfigMap
+/// watch. The uid in the name gives a Secret made again under the same name a marker of its own.
+pub fn secret_marker_name(secret: &str, uid: &str) -> String {
+    format!("{secret}.{uid}")
+}
+
+/// The `app.kubernetes.io/component` of a marker: what the operator's ConfigMap watch selects.
+pub const SECRET_MARKER_COMPONENT: &str = "credentials-marker";
+
+/// Whether `marker` still stands for the Secret whose uid is `secret_uid`: it is owned by it (an
+/// orphaning delete of the Secret leaves the marker without its owner reference).
+pub fn marks_secret(marker: &ConfigMap, secret_uid: &str) -> bool {
+    marker
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Secret" && o.uid == secret_uid)
 }
 
 /// When the credentials are rotated by themselves.
@@ -187,6 +232,12 @@ pub struct CredentialsStatus {
     /// rotation schedule counts from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotated_at: Option<Time>,
+    /// The uid of the credentials Secret this report is about. Beside it the provisioner wrote a
+    /// marker ConfigMap owned by it ([`secret_marker_name`]); once the marker is gone, so is the
+    /// Secret. Absent: written before markers existed, so a deletion is not watched (the next run
+    /// that writes the credentials writes the marker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_uid: Option<String>,
     /// Where each copy stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_COPIES))]

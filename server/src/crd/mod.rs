@@ -11,7 +11,8 @@ mod tenant;
 pub use condition::{Condition, ConditionStatus, set_condition};
 pub use credentials::{
     AnnotationValue, CopyState, CopyStatus, CredentialsCopy, CredentialsSpec, CredentialsStatus,
-    LabelValue, MAX_COPIES, RotationSchedule,
+    LabelValue, MAX_COPIES, OnSecretLoss, RotationSchedule, SECRET_MARKER_COMPONENT, marks_secret,
+    secret_marker_name,
 };
 pub use runjob::{
     DEFAULT_TTL_SECONDS, JobRef, RunAction, RunJob, RunJobSpec, RunJobStatus, RunPhase,

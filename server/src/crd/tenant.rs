@@ -4,7 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::credentials::{
-    CredentialsCopy, CredentialsSpec, CredentialsStatus, RotationSchedule, parse_duration,
+    CredentialsCopy, CredentialsSpec, CredentialsStatus, OnSecretLoss, RotationSchedule,
+    parse_duration,
 };
 use super::{Condition, RunAction, RunPhase};
 use crate::limits::{
@@ -203,6 +204,14 @@ impl TenantSpec {
     /// `spec.credentials.rotation`, when set.
     pub fn rotation_schedule(&self) -> Option<&RotationSchedule> {
         self.credentials.as_ref()?.rotation.as_ref()
+    }
+
+    /// `spec.credentials.onSecretLoss`.
+    pub fn on_secret_loss(&self) -> OnSecretLoss {
+        self.credentials
+            .as_ref()
+            .map(|c| c.on_secret_loss)
+            .unwrap_or_default()
     }
 }
 

@@ -350,18 +350,24 @@ fn keep_unchanged_times(mut report: Vec<CopyStatus>, previous: &[CopyStatus]) ->
 }
 
 /// The report of a run that wrote the Secret or its copies: the new hash, this run's uid, the
-/// copies' states, when the password last changed.
-pub fn report(
-    hash: String,
-    run: Option<&str>,
-    copies: Vec<CopyStatus>,
-    rotated_at: Option<Time>,
-) -> CredentialsStatus {
-    CredentialsStatus {
-        hash,
-        written_by: run.map(str::to_owned),
-        rotated_at,
-        copies,
+/// copies' states, when the password last changed, the Secret's uid (its marker written).
+pub struct Report<'a> {
+    pub hash: String,
+    pub run: Option<&'a str>,
+    pub copies: Vec<CopyStatus>,
+    pub rotated_at: Option<Time>,
+    pub secret_uid: String,
+}
+
+impl From<Report<'_>> for CredentialsStatus {
+    fn from(r: Report<'_>) -> Self {
+        CredentialsStatus {
+            hash: r.hash,
+            written_by: r.run.map(str::to_owned),
+            rotated_at: r.rotated_at,
+            secret_uid: Some(r.secret_uid),
+            copies: r.copies,
+        }
     }
 }
 

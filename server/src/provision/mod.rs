@@ -11,6 +11,7 @@ pub mod copies;
 pub mod error;
 pub mod ownership;
 pub mod rotation;
+pub mod secret_marker;
 pub mod sql;
 mod tenant_sync;
 
@@ -147,6 +148,11 @@ pub enum Outcome {
         earlier_still_valid: usize,
         version: String,
     },
+    /// A Rotate run on a tenant whose credentials Secret had been deleted: a new Secret, a new
+    /// password, every earlier one refused (their hashes were only in the deleted Secret).
+    SecretRemade {
+        database: String,
+    },
     /// A Revoke run: `queries_ended` as for [`Outcome::Locked`].
     Revoked {
         database: String,
@@ -230,6 +236,9 @@ impl Outcome {
                 sql::MIN_OVERLAP_VERSION.0,
                 sql::MIN_OVERLAP_VERSION.1
             ),
+            Self::SecretRemade { database } => format!(
+                "made the credentials Secret of {database} again with a new password; every earlier password stopped working at once (their hashes were kept only in the deleted Secret); copies rewritten"
+            ),
             Self::Revoked {
                 database,
                 queries_ended,
@@ -304,6 +313,13 @@ impl Outcome {
     }
 }
 
+/// The credentials Secret as a copy holds it: its copied keys, their hash, and the Secret's uid.
+struct Source {
+    data: std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+    hash: String,
+    secret_uid: String,
+}
+
 /// The provisioner: a ClickHouse connection and the Kubernetes side (tenant, Secret, status).
 pub struct Provisioner<C> {
     pub clickhouse: C,
@@ -362,10 +378,7 @@ impl<C: ClickHouse> Provisioner<C> {
     async fn deliver(&self, name: &TenantName, tenant: &Tenant) -> Result<Outcome, ProvisionError> {
         require_provisioned(name, tenant)?;
         let before = reported_copies(tenant).len();
-        let credentials = self.deliver_copies(name, tenant, false).await?;
-        self.sync
-            .report_credentials(name, tenant, &credentials)
-            .await?;
+        let credentials = self.deliver_and_report(name, tenant, false).await?;
         if let Some(detail) = copies::undelivered(&credentials.copies) {
             return Err(ProvisionError::CopiesUndelivered { detail });
         }
@@ -377,39 +390,46 @@ impl<C: ClickHouse> Provisioner<C> {
     }
 
     /// Brings the copies the tenant asks for up to its credentials Secret, deletes the ones it no
-    /// longer asks for, and returns the report for `status.credentials` (not written here: each
-    /// run writes it with the rest of its report). A Secret that changed while the copies were
-    /// written (a rotation beside a Deliver run) is copied again, so a report never calls copies
-    /// of an older password up to date.
+    /// longer asks for, makes sure the Secret's marker is there ([`secret_marker`]), and returns the
+    /// report for `status.credentials` (not written here: each run writes it with the rest of its
+    /// report). A Secret that changed while the copies were written (a rotation beside a Deliver
+    /// run) is copied again, so a report never calls copies of an older password up to date.
     async fn deliver_copies(
         &self,
         name: &TenantName,
         tenant: &Tenant,
         new_password: bool,
     ) -> Result<crate::crd::CredentialsStatus, ProvisionError> {
-        let rotated_at = match new_password {
-            true => Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        let rotated_at = if new_password {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 self.clock.now(),
-            )),
-            false => tenant
+            ))
+        } else {
+            tenant
                 .status
                 .as_ref()
                 .and_then(|s| s.credentials.as_ref())
-                .and_then(|c| c.rotated_at.clone()),
+                .and_then(|c| c.rotated_at.clone())
         };
-        let report =
-            |hash, copies| copies::report(hash, self.sync.run(), copies, rotated_at.clone());
         let mut source = self.source_credentials(name, tenant).await?;
+        let report = |source: Source, copies| copies::Report {
+            hash: source.hash,
+            run: self.sync.run(),
+            copies,
+            rotated_at: rotated_at.clone(),
+            secret_uid: source.secret_uid,
+        };
         let previous = reported_copies(tenant);
         if tenant.spec.credential_copies().is_empty() && previous.is_empty() {
-            return Ok(report(source.1, Vec::new()));
+            return Ok(report(source, Vec::new()).into());
         }
         for _ in 0..3 {
-            let (data, hash) = &source;
-            let written = self.copier().deliver(tenant, data, hash, previous).await;
+            let written = (self.copier())
+                .deliver(tenant, &source.data, &source.hash, previous)
+                .await;
             let now = self.source_credentials(name, tenant).await?;
-            if now.1 == *hash {
-                return Ok(report(now.1, written));
+            if now.hash == source.hash {
+                return Ok(report(now, written).into());
             }
             source = now;
         }
@@ -419,22 +439,22 @@ impl<C: ClickHouse> Provisioner<C> {
         })
     }
 
-    /// What a copy holds, read from the credentials Secret now, and its hash.
+    /// What a copy holds, read from the credentials Secret now, its hash, and the Secret's uid
+    /// once its marker is there.
     async fn source_credentials(
         &self,
         name: &TenantName,
         tenant: &Tenant,
-    ) -> Result<
-        (
-            std::collections::BTreeMap<String, k8s_openapi::ByteString>,
-            String,
-        ),
-        ProvisionError,
-    > {
+    ) -> Result<Source, ProvisionError> {
         let source = self.sync.own_credentials_secret(name, tenant).await?;
         let data = copies::copied_data(&source);
         let hash = copies::credentials_hash(&tenant.uid().unwrap_or_default(), &data);
-        Ok((data, hash))
+        let secret_uid = secret_marker::ensure(self.sync.client(), &source, name.as_str()).await?;
+        Ok(Source {
+            data,
+            hash,
+            secret_uid,
+        })
     }
 
     fn copier(&self) -> copies::Copier<'_> {
@@ -479,19 +499,20 @@ impl<C: ClickHouse> Provisioner<C> {
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
         let version = self.provisioned_user(name, tenant, ids).await?;
-        let (on_file, new) = self.passwords_to_switch(name, tenant, ids).await?;
+        let (on_file, new) = self.passwords_to_switch(name, tenant).await?;
         let overlap = parse_version(&version).is_some_and(|v| v >= sql::MIN_OVERLAP_VERSION);
         let now = self.clock.now();
-        let until = overlap.then(|| now + tenant.spec.rotation_grace());
         let new_sha256 = sha256_hex(&new);
-        // Every password still valid stays so until its own expiry, this rotation's old one too.
-        let (statement, kept) = match until {
-            Some(until) => {
-                let old = sha256_hex(&on_file.current);
+        // Every password still valid stays so until its own expiry, this rotation's old one too;
+        // with the Secret gone, their hashes are gone with it and the new password is the only one.
+        let until = overlap.then(|| now + tenant.spec.rotation_grace());
+        let (statement, kept) = match (until, &on_file.current) {
+            (Some(until), Some(old)) => {
+                let old = sha256_hex(old);
                 let kept = rotation::kept(&on_file.retiring, &old, &new_sha256, now, until);
                 (sql::rotate_keeping(ids, &kept, &new_sha256), kept)
             }
-            None => (sql::rotate(ids, &new_sha256), Vec::new()),
+            _ => (sql::rotate(ids, &new_sha256), Vec::new()),
         };
         self.exec(&statement.sql).await?;
         self.sync
@@ -507,11 +528,15 @@ impl<C: ClickHouse> Provisioner<C> {
         if !tenant.spec.suspended {
             self.verify_login(name, ids, &new).await?;
         }
-        Ok(Outcome::RotatedWithGrace {
-            database: ids.database.as_str().to_owned(),
-            old_valid_until: until,
-            earlier_still_valid: kept.len().saturating_sub(1),
-            version,
+        let database = ids.database.as_str().to_owned();
+        Ok(match on_file.current {
+            None => Outcome::SecretRemade { database },
+            Some(_) => Outcome::RotatedWithGrace {
+                database,
+                old_valid_until: until,
+                earlier_still_valid: kept.len().saturating_sub(1),
+                version,
+            },
         })
     }
 
@@ -525,7 +550,7 @@ impl<C: ClickHouse> Provisioner<C> {
         ids: &TenantIdents,
     ) -> Result<Outcome, ProvisionError> {
         self.provisioned_user(name, tenant, ids).await?;
-        let (_, new) = self.passwords_to_switch(name, tenant, ids).await?;
+        let (_, new) = self.passwords_to_switch(name, tenant).await?;
         self.exec(&sql::rotate(ids, &sha256_hex(&new)).sql).await?;
         // After the switch, so that no query with an old password starts once these are asked to stop.
         let queries_ended = self.end_queries(ids).await?;
@@ -542,34 +567,36 @@ impl<C: ClickHouse> Provisioner<C> {
         })
     }
 
-    /// Copies brought up to a Secret a rotation just changed, and `status.credentials` written:
-    /// the Secret and its copies change in one run.
+    /// Copies brought up to the Secret (one a rotation just changed: the Secret and its copies
+    /// change in one run), and `status.credentials` written; returns what was written.
     async fn deliver_and_report(
         &self,
         name: &TenantName,
         tenant: &Tenant,
         new_password: bool,
-    ) -> Result<(), ProvisionError> {
+    ) -> Result<crate::crd::CredentialsStatus, ProvisionError> {
         let credentials = self.deliver_copies(name, tenant, new_password).await?;
         self.sync
             .report_credentials(name, tenant, &credentials)
-            .await
+            .await?;
+        Ok(credentials)
     }
 
-    /// The passwords on file (the tenant's Secret must hold one) and the one a Rotate or Revoke
-    /// switches to: left pending by a run cut short, else a fresh one, put on file before ClickHouse
-    /// hears of it.
+    /// The passwords on file and the one a Rotate or Revoke switches to: left pending by a run cut
+    /// short, else a fresh one, put on file before ClickHouse hears of it. A deleted Secret is made
+    /// again with the new password alone: whoever started this run asked for new credentials.
     async fn passwords_to_switch(
         &self,
         name: &TenantName,
         tenant: &Tenant,
-        ids: &TenantIdents,
     ) -> Result<(tenant_sync::Passwords, String), ProvisionError> {
-        let on_file = self
-            .sync
-            .passwords_for_rotation(name, tenant)
-            .await?
-            .ok_or_else(|| would_rotate(name, ids))?;
+        let on_file = match self.sync.passwords_for_rotation(name, tenant).await? {
+            Some(on_file) => on_file,
+            None => {
+                let fresh = tenant_sync::generate_password()?;
+                self.sync.remake_secret(name, tenant, &fresh).await?
+            }
+        };
         let new = self.pending_or_fresh(name, &on_file).await?;
         Ok((on_file, new))
     }

@@ -24,8 +24,9 @@ pub const RETIRING_PASSWORDS_KEY: &str = "retiringPasswords";
 /// The passwords of a credentials Secret, as one read found them.
 #[derive(Debug, Clone)]
 pub struct Passwords {
-    /// `password`: the one the tenant's apps use.
-    pub current: String,
+    /// `password`: the one the tenant's apps use; none in a Secret a Rotate run is making again
+    /// after the one before was deleted (see [`TenantSync::remake_secret`]).
+    pub current: Option<String>,
     /// `pendingPassword`: a rotation's new one that ClickHouse may not know yet.
     pub pending: Option<String>,
     /// `retiringPasswords`: earlier passwords ClickHouse still accepts until their own expiry.
@@ -248,7 +249,8 @@ impl TenantSync {
         Ok(())
     }
 
-    /// The password already on file, if the Secret exists and is this tenant's.
+    /// The password already on file, if the Secret exists, is this tenant's and holds one (a Secret
+    /// a cut-short Rotate run was making again holds only the pending one).
     pub async fn existing_password(
         &self,
         name: &TenantName,
@@ -257,7 +259,8 @@ impl TenantSync {
         let Some(secret) = self.credentials_secret(name).await? else {
             return Ok(None);
         };
-        password_on_file(&secret, name, tenant).map(Some)
+        claim(&secret, name, tenant)?;
+        Ok(password_of(&secret))
     }
 
     /// Writes the credentials Secret (owned by the Tenant, so deleting the tenant deletes it). Returns
@@ -272,13 +275,7 @@ impl TenantSync {
     ) -> Result<String, ProvisionError> {
         let secret_name = name.credentials_secret();
         let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(secret_name.clone()),
-                namespace: Some(self.namespace.clone()),
-                labels: Some(crate::labels::for_tenant("credentials", name.as_str())),
-                owner_references: tenant.controller_owner_ref(&()).map(|o| vec![o]),
-                ..ObjectMeta::default()
-            },
+            metadata: self.credentials_metadata(name, tenant),
             type_: Some("Opaque".to_owned()),
             data: Some(
                 credentials(url, database, password)
@@ -326,8 +323,9 @@ impl TenantSync {
         let Some(secret) = self.credentials_secret(name).await? else {
             return Ok(None);
         };
+        claim(&secret, name, tenant)?;
         Ok(Some(Passwords {
-            current: password_on_file(&secret, name, tenant)?,
+            current: password_of(&secret),
             pending: secret_value(&secret, PENDING_PASSWORD_KEY),
             retiring: super::rotation::parse(
                 secret_value(&secret, RETIRING_PASSWORDS_KEY).as_deref(),
@@ -361,6 +359,57 @@ impl TenantSync {
                 detail: "another run changed the Secret since this one read it (a rotation at the same time?): run it again once that one is done".into(),
             }),
             Err(e) => Err(ProvisionError::kube(format!("update secret {secret}"), e)),
+        }
+    }
+
+    /// A Rotate or Revoke run on a tenant whose credentials Secret was deleted: the Secret made again
+    /// (owned by the tenant) holding only the new password as pending, so ClickHouse never hears of
+    /// a password the Secret does not hold, and a re-run of a cut-short run takes it up. If another
+    /// run made the Secret first, this one stops: the two would switch to different passwords.
+    pub async fn remake_secret(
+        &self,
+        name: &TenantName,
+        tenant: &Tenant,
+        password: &str,
+    ) -> Result<Passwords, ProvisionError> {
+        let secret_name = name.credentials_secret();
+        let secret = Secret {
+            metadata: self.credentials_metadata(name, tenant),
+            type_: Some("Opaque".to_owned()),
+            data: Some(BTreeMap::from([(
+                PENDING_PASSWORD_KEY.to_owned(),
+                ByteString(password.as_bytes().to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        let params = PostParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        match self.secrets().create(&params, &secret).await {
+            Ok(made) => Ok(Passwords {
+                current: None,
+                pending: Some(password.to_owned()),
+                retiring: Vec::new(),
+                read_at: made.metadata.resource_version.unwrap_or_default(),
+            }),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(ProvisionError::Kubernetes {
+                action: format!("make secret {secret_name} again"),
+                detail: "another run made it meanwhile (a rotation at the same time?): run it again once that one is done".into(),
+            }),
+            Err(e) => Err(ProvisionError::kube(format!("create secret {secret_name}"), e)),
+        }
+    }
+
+    /// A credentials Secret's name, namespace, labels and owner: the tenant, so deleting the tenant
+    /// deletes it.
+    fn credentials_metadata(&self, name: &TenantName, tenant: &Tenant) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.credentials_secret()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(crate::labels::for_tenant("credentials", name.as_str())),
+            owner_references: tenant.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
         }
     }
 
@@ -482,6 +531,7 @@ impl TenantSync {
             Outcome::Provisioned { .. } => "Provisioned",
             Outcome::Resynced { .. } => "StatusResynced",
             Outcome::Rotated { .. } | Outcome::RotatedWithGrace { .. } => "CredentialsRotated",
+            Outcome::SecretRemade { .. } => "CredentialsSecretRemade",
             Outcome::Revoked { .. } => "CredentialsRevoked",
             Outcome::Locked { .. } => "AccessLocked",
             Outcome::Unlocked => "AccessUnlocked",
@@ -519,6 +569,7 @@ fn credentials_patch(credentials: &CredentialsStatus) -> serde_json::Value {
         "hash": credentials.hash,
         "writtenBy": credentials.written_by,
         "rotatedAt": credentials.rotated_at,
+        "secretUid": credentials.secret_uid,
         "copies": credentials.copies,
     })
 }

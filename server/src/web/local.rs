@@ -16,7 +16,7 @@ use super::hosts::AllowedHosts;
 use super::permissions::{Permissions, may_in_group, who_am_i};
 use super::serve::{Limits, serve};
 use crate::clock::Clock;
-use crate::controller::{Stores, watch_caches};
+use crate::controller::{Cache, Stores, watch_caches};
 
 /// What the pages are read from: without `list` and `watch` on these there is nothing to show.
 const WATCHED: [(&str, &str); 2] = [
@@ -55,6 +55,8 @@ pub async fn serve_local(
     }
 
     let (stores, writers) = Stores::shared();
+    // The markers of credentials Secrets serve the reconciler alone, which does not run here.
+    stores.synced.mark(Cache::Markers);
     let jobs = watch_jobs.then_some(writers.jobs);
     tokio::spawn(watch_caches(
         client.clone(),

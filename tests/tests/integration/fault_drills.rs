@@ -243,7 +243,15 @@ fn requests_made(fleet: &Fleet) -> Vec<String> {
         .map(|r| {
             let path = match r.path.split_once("/events/") {
                 Some((before, _)) => format!("{before}/events/<name>"),
-                None => r.path.clone(),
+                // A Secret's marker is named by the Secret's uid, which the in-memory API draws at
+                // random: the same Secret's marker, another name.
+                None => match r.path.split_once("/configmaps/") {
+                    Some((before, name)) => match name.split_once('.') {
+                        Some((secret, _uid)) => format!("{before}/configmaps/{secret}.<uid>"),
+                        None => r.path.clone(),
+                    },
+                    None => r.path.clone(),
+                },
             };
             format!("{} {path}?{} {}", r.method, r.query, r.status)
         })

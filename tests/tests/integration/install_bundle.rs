@@ -100,6 +100,9 @@ const OPERATOR_READ_ONLY: &[&str] = &[
     "/events[]:list",
     "events.k8s.io/events[]:create",
     "events.k8s.io/events[]:patch",
+    "/configmaps[]:get",
+    "/configmaps[]:list",
+    "/configmaps[]:watch",
     "coordination.k8s.io/leases[]:create",
     "coordination.k8s.io/leases[sentry-tenants-leader]:get",
     "coordination.k8s.io/leases[sentry-tenants-leader]:update",
@@ -138,6 +141,8 @@ fn provisioner_role_is_exactly_what_it_needs() {
             "/secrets[]:create",
             "/secrets[]:patch",
             "/secrets[]:delete",
+            "/configmaps[]:get",
+            "/configmaps[]:create",
             "events.k8s.io/events[]:create",
         ])
     );

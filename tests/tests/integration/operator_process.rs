@@ -73,6 +73,12 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
     }
     stores.synced.mark(Cache::RunJobs);
     stores.synced.mark(Cache::Jobs);
+    assert_eq!(
+        get(router.clone(), "/readyz").await.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the credentials Secrets' markers not synced"
+    );
+    stores.synced.mark(Cache::Markers);
     assert_eq!(get(router.clone(), "/readyz").await.0, StatusCode::OK);
 
     drop(metrics.reconcile_timer("tenant"));

@@ -30,22 +30,31 @@
 //!     passed since its password last changed (`status.credentials.rotatedAt`): one run that writes
 //!     the credentials at a time, a failed one retried as in rule 4; the `CredentialsRotation`
 //!     condition says when it last changed and when it is next due.
+//! 11. A provisioned tenant whose credentials Secret was deleted — the marker ConfigMap the
+//!     provisioner wrote beside it, owned by it, gone with it — says so on the `CredentialsSecret`
+//!     condition. With `spec.credentials.onSecretLoss: Rotate` it gets a Rotate run, which makes
+//!     the Secret again with a new password (one run that writes the credentials at a time, a
+//!     failed one retried as in rule 4); with `Report`, the default, a person starts it. Meanwhile
+//!     rules 9 and 10 start nothing (there is nothing to copy; a rotation would make the Secret).
 //!
 //! It never claims Active on its own and never talks to ClickHouse.
 //!
-//! The rules are pure functions of (tenant, its runs, the namespaces' consents, now), one file per
-//! part: `plan.rs` (which runs to start, rules 4–6, 9 and 10, built on `next_run.rs`, `copies.rs`
-//! and `rotation.rs`),
-//! `status.rs` (rules 2, 3, 7), `reclaim.rs` (rule 1), over the facts `history.rs` reads from the
-//! runs. Consents are asked of the apiserver first (`controller::consent`). [`reconcile`] below only carries out what they
-//! decide: create the runs, write the status if it changed (rule 8), wake for the soonest retry.
+//! The rules are pure functions of (tenant, its runs, what was observed, now), one file per part:
+//! `plan.rs` (which runs to start, rules 4–6 and 9–11, built on `next_run.rs`, `copies.rs`,
+//! `rotation.rs` and `secret_loss.rs`), `status.rs` (rules 2, 3, 7), `reclaim.rs` (rule 1), over
+//! the facts `history.rs` reads from the runs. `observed.rs` asks first what else they need: the
+//! namespaces' consents (`controller::consent`), the Secret's marker. [`reconcile`] below only
+//! carries out what they decide: create the runs, write the status if it changed (rule 8), wake for
+//! the soonest retry.
 
 mod copies;
 mod history;
 mod next_run;
+mod observed;
 mod plan;
 pub mod reclaim;
 mod rotation;
+mod secret_loss;
 mod status;
 
 use std::sync::Arc;
@@ -62,9 +71,11 @@ use crate::crd::{RunAction, RunJob, Tenant};
 pub use copies::{CONSENT_RECHECK, Consents, delivery_needed, out_of_date, writes_copies};
 pub use history::{ProvisionRuns, enforced_limits, enforced_lock, provision_runs};
 pub use next_run::{automatic_provision, limits_run_needed, lock_run_needed, new_run_job};
+pub use observed::Observed;
 pub use plan::{RunPlan, runs_needed};
 use reclaim::Reclaim;
 pub use rotation::{rotation_due, scheduled_rotation};
+pub use secret_loss::{SecretState, secret_rotation, secret_state};
 pub use status::{desired_status, owned_status, phase};
 
 /// One reconcile of a Tenant: read its runs, let the rules decide, carry it out.
@@ -87,10 +98,11 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         let taken: Vec<String> = all_runs.iter().map(|r| r.name_any()).collect();
         return reconcile_deleting(&tenant, runs, &taken, &ctx).await;
     }
-    // Rule 9 needs to know whether the namespaces of out-of-date copies consent.
-    let consents = ctx.consents.of(&copies::namespaces_to_ask(&tenant)).await?;
-    // Rules 4, 6, 5, 9: decided together, then carried out.
-    let plan = runs_needed(&tenant, &runs, &consents, now);
+    // Rule 9 needs to know whether the namespaces of out-of-date copies consent, rule 11 whether
+    // the credentials Secret is still there.
+    let observed = observed::observe(&tenant, &ctx).await?;
+    // Rules 4, 6, 5, 11, 10, 9: decided together, then carried out.
+    let plan = runs_needed(&tenant, &runs, &observed, now);
     // No run is made for a tenant before it carries the reclaim finalizer: a deletion meanwhile would
     // leave what the run created in ClickHouse behind.
     let finalized = reclaim::ensure_finalizer(&tenant, &ctx).await?;
@@ -100,7 +112,7 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
         }
     }
     // Rules 2, 3, 7, 8, counting the runs just made.
-    write_status(&tenant, &runs, &consents, now, &ctx).await?;
+    write_status(&tenant, &runs, &observed, now, &ctx).await?;
     // The retries no watch event will announce: the reconciler wakes for the soonest.
     Ok(match plan.wake_at {
         Some(at) => requeue_at(at, now),
@@ -131,7 +143,7 @@ async fn reconcile_deleting(
         }
         _ => {}
     }
-    write_status(tenant, &runs, &Consents::new(), now, ctx).await?;
+    write_status(tenant, &runs, &Observed::default(), now, ctx).await?;
     Ok(reclaim::next_wake(&step, now))
 }
 
@@ -139,11 +151,11 @@ async fn reconcile_deleting(
 async fn write_status(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
-    consents: &Consents,
+    observed: &Observed,
     now: Timestamp,
     ctx: &Context,
 ) -> Result<()> {
-    let desired = desired_status(tenant, runs, consents, now);
+    let desired = desired_status(tenant, runs, observed, now);
     let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
     if desired != current {
         apply_status(

@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 
-use super::copies::{Consents, delivery_condition};
+use super::copies::delivery_condition;
 use super::history::*;
 use super::next_run::{automatic_provision, next_limits_run, next_lock_run};
+use super::observed::Observed;
 use super::reclaim::{self, Reclaim};
 use super::rotation::rotation_condition;
+use super::secret_loss::{held_condition, holds_other_runs, secret_condition};
 use crate::controller::attempts::{NextRun, what_next};
 use crate::crd::{
     ConditionStatus, ProvisioningPolicy, RunAction, RunJob, RunRecord, Tenant, TenantPhase,
@@ -20,6 +22,8 @@ use crate::crd::{
 pub const DELIVERED: &str = "CredentialsDelivered";
 /// When the credentials were last rotated and are next due (rule 10).
 pub const ROTATION: &str = "CredentialsRotation";
+/// Whether the credentials Secret is there (rule 11).
+pub const SECRET: &str = "CredentialsSecret";
 
 /// The phase rule from ARCHITECTURE.md, in order. Never Active without a database name; un-suspending
 /// a provisioned tenant lands straight on Active because nothing here remembers the previous phase.
@@ -42,7 +46,7 @@ pub fn phase(suspended: bool, database: Option<&str>, runs: ProvisionRuns) -> Te
 pub fn desired_status(
     tenant: &Tenant,
     runs: &[Arc<RunJob>],
-    consents: &Consents,
+    observed: &Observed,
     now: Timestamp,
 ) -> TenantStatus {
     let none = TenantStatus::default();
@@ -145,19 +149,25 @@ pub fn desired_status(
         );
     }
 
-    // Rule 9's condition.
-    match delivery_condition(tenant, runs, consents, now) {
-        Some((status, reason, message)) => {
-            set_condition(c, DELIVERED, status, reason, &message, generation, now)
-        }
-        None => c.retain(|condition| condition.type_ != DELIVERED),
-    }
-    // Rule 10's condition.
-    match rotation_condition(tenant, runs, now) {
-        Some((status, reason, message)) => {
-            set_condition(c, ROTATION, status, reason, &message, generation, now)
-        }
-        None => c.retain(|condition| condition.type_ != ROTATION),
+    // Rules 9's and 10's conditions, which say what they wait for while rule 11 holds their runs.
+    let held = |condition| match holds_other_runs(observed.secret) {
+        true => held_condition(tenant, condition),
+        false => condition,
+    };
+    let delivery = delivery_condition(tenant, runs, &observed.consents, now);
+    set_or_remove(c, DELIVERED, held(delivery), generation, now);
+    set_or_remove(
+        c,
+        ROTATION,
+        held(rotation_condition(tenant, runs, now)),
+        generation,
+        now,
+    );
+    // Rule 11's condition, left as it was while the Secret's state is unknown.
+    if let Some(secret) = secret_condition(tenant, runs, observed.secret, now) {
+        set_or_remove(c, SECRET, Some(secret), generation, now);
+    } else if !tenant.is_provisioned() {
+        set_or_remove(c, SECRET, None, generation, now);
     }
 
     if database.is_some() {
@@ -252,6 +262,22 @@ pub fn desired_status(
         }
     }
     desired
+}
+
+/// Sets the condition `type_` as the rule decided, or removes it when the rule has none to say.
+fn set_or_remove(
+    conditions: &mut Vec<crate::crd::Condition>,
+    type_: &str,
+    decided: Option<(ConditionStatus, &'static str, String)>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    match decided {
+        Some((status, reason, message)) => {
+            set_condition(conditions, type_, status, reason, &message, generation, now)
+        }
+        None => conditions.retain(|condition| condition.type_ != type_),
+    }
 }
 
 /// The fields of `status` that the Tenant controller owns, and nothing else.

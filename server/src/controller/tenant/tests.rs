@@ -2,6 +2,7 @@
 
 use super::history::*;
 use super::next_run::*;
+use super::secret_loss;
 use super::status::*;
 use super::*;
 use crate::controller::attempts::next_attempt;
@@ -363,7 +364,7 @@ fn a_plan_starts_each_run_the_rules_ask_for_in_rule_order() {
         ..Default::default()
     });
     assert_eq!(
-        runs_needed(&tenant, &[], &Consents::new(), now),
+        runs_needed(&tenant, &[], &Observed::default(), now),
         RunPlan {
             start: vec![
                 ("acme-suspend-10".to_owned(), RunAction::Suspend),
@@ -375,7 +376,7 @@ fn a_plan_starts_each_run_the_rules_ask_for_in_rule_order() {
     // In step with both: nothing to start and nothing to wake for.
     let in_step = provisioned(false, false, Vec::new());
     assert_eq!(
-        runs_needed(&in_step, &[], &Consents::new(), now),
+        runs_needed(&in_step, &[], &Observed::default(), now),
         RunPlan::default()
     );
 }
@@ -389,12 +390,12 @@ fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
     tenant.status = None;
     tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Manual;
     assert_eq!(
-        runs_needed(&tenant, &[], &Consents::new(), now),
+        runs_needed(&tenant, &[], &Observed::default(), now),
         RunPlan::default()
     );
 
     tenant.spec.provisioning = crate::crd::ProvisioningPolicy::Automatic;
-    let plan = runs_needed(&tenant, &[], &Consents::new(), now);
+    let plan = runs_needed(&tenant, &[], &Observed::default(), now);
     assert_eq!(
         plan.start,
         [("acme-provision-10".to_owned(), RunAction::Provision)]
@@ -409,7 +410,7 @@ fn a_plan_provisions_an_automatic_tenant_and_wakes_for_its_retry() {
         history: vec![failed],
         ..Default::default()
     });
-    let plan = runs_needed(&tenant, &[], &Consents::new(), now);
+    let plan = runs_needed(&tenant, &[], &Observed::default(), now);
     assert!(plan.start.is_empty(), "{plan:?}");
     let wake = plan.wake_at.expect("a retry to wake for");
     assert!(
@@ -438,12 +439,13 @@ fn with_copies(copies: Vec<CopyStatus>, history: Vec<RunRecord>) -> Tenant {
     let mut tenant = provisioned(false, false, history);
     tenant.spec.credentials = Some(CredentialsSpec {
         copies: vec![entry()],
-        rotation: None,
+        ..CredentialsSpec::default()
     });
     tenant.status.as_mut().unwrap().credentials = Some(CredentialsStatus {
         hash: "h1".into(),
         written_by: Some("uid-acme-provision-10".into()),
         rotated_at: None,
+        secret_uid: None,
         copies,
     });
     tenant
@@ -471,12 +473,12 @@ fn jiff_time(at: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at.parse().unwrap())
 }
 
-fn consents(app: bool) -> Consents {
-    Consents::from([("app".to_owned(), app)])
+fn consents(app: bool) -> Observed {
+    Consents::from([("app".to_owned(), app)]).into()
 }
 
-fn condition(tenant: &Tenant, consents: &Consents) -> Option<(String, String, String)> {
-    let status = desired_status(tenant, &[], consents, NOW.parse().unwrap());
+fn condition(tenant: &Tenant, observed: &Observed) -> Option<(String, String, String)> {
+    let status = desired_status(tenant, &[], observed, NOW.parse().unwrap());
     status
         .conditions
         .into_iter()
@@ -573,14 +575,14 @@ fn consent_is_asked_for_provisioned_live_tenants_and_only_credential_writers_hol
     assert!(copies::namespaces_to_ask(&unprovisioned).is_empty());
     for quiet in [&deleting, &unprovisioned] {
         assert_eq!(
-            delivery_needed(quiet, &[], &consents(true), now),
+            delivery_needed(quiet, &[], &consents(true).consents, now),
             NextRun::Idle
         );
     }
 
     for action in RunAction::ALL {
         let run = Arc::new(new_run_job(&tenant, "acme-other-1", action));
-        let held = delivery_needed(&tenant, &[run], &consents(true), now) == NextRun::Idle;
+        let held = delivery_needed(&tenant, &[run], &consents(true).consents, now) == NextRun::Idle;
         let writer = matches!(
             action,
             RunAction::Provision | RunAction::Rotate | RunAction::Revoke | RunAction::Deliver
@@ -598,11 +600,11 @@ fn a_copy_is_current_only_for_its_entry_and_the_credentials_on_file() {
     assert!(out_of_date(&current).is_empty());
     assert!(copies::namespaces_to_ask(&current).is_empty());
     assert_eq!(
-        delivery_needed(&current, &[], &consents(true), now),
+        delivery_needed(&current, &[], &consents(true).consents, now),
         NextRun::Idle
     );
     assert_eq!(
-        condition(&current, &Consents::new()),
+        condition(&current, &Observed::default()),
         Some((
             "True".into(),
             "Delivered".into(),
@@ -619,7 +621,7 @@ fn a_copy_is_current_only_for_its_entry_and_the_credentials_on_file() {
     assert_eq!(out_of_date(&relabelled).len(), 1);
     for tenant in [rotated, relabelled] {
         assert!(matches!(
-            delivery_needed(&tenant, &[], &consents(true), now),
+            delivery_needed(&tenant, &[], &consents(true).consents, now),
             NextRun::Start(_)
         ));
     }
@@ -632,7 +634,7 @@ fn a_conflict_is_reported_and_not_retried() {
     let now: Timestamp = NOW.parse().unwrap();
     let tenant = with_copies(vec![reported(CopyState::Conflict, None)], vec![]);
     assert_eq!(
-        delivery_needed(&tenant, &[], &consents(true), now),
+        delivery_needed(&tenant, &[], &consents(true).consents, now),
         NextRun::Idle
     );
     assert_eq!(
@@ -655,12 +657,12 @@ fn a_copy_no_longer_asked_for_is_removed() {
     assert_eq!(stale.len(), 1);
     assert!(stale[0].removed);
     assert!(matches!(
-        delivery_needed(&tenant, &[], &consents(true), now),
+        delivery_needed(&tenant, &[], &consents(true).consents, now),
         NextRun::Start(_)
     ));
     // Gone from the report: no copy, no condition.
     credentials_report(&mut tenant).copies.clear();
-    assert_eq!(condition(&tenant, &Consents::new()), None);
+    assert_eq!(condition(&tenant, &Observed::default()), None);
 }
 
 /// A run that writes copies finished, but the tenant does not show its report yet (the cache is
@@ -675,14 +677,14 @@ fn no_deliver_run_while_the_newest_report_is_not_seen() {
     );
     let behind = with_copies(vec![], vec![done]);
     assert_eq!(
-        delivery_needed(&behind, &[], &consents(true), now),
+        delivery_needed(&behind, &[], &consents(true).consents, now),
         NextRun::Idle
     );
     let mut seen = behind.clone();
     let report = credentials_report(&mut seen);
     report.written_by = Some("uid-acme-deliver-3".into());
     assert_eq!(
-        delivery_needed(&seen, &[], &consents(true), now),
+        delivery_needed(&seen, &[], &consents(true).consents, now),
         NextRun::Start("acme-deliver-4".into())
     );
 }
@@ -704,7 +706,7 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
     credentials_report(&mut tenant).written_by = Some("uid-acme-deliver-2".into());
     let at = failed_at + retry_delay(&tenant, RunAction::Deliver, 1);
     assert_eq!(
-        delivery_needed(&tenant, &[], &consents(true), NOW.parse().unwrap()),
+        delivery_needed(&tenant, &[], &consents(true).consents, NOW.parse().unwrap()),
         NextRun::RetryAt { attempt: 2, at }
     );
     assert_eq!(
@@ -719,12 +721,12 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
         ))
     );
     assert_eq!(
-        delivery_needed(&tenant, &[], &consents(true), at),
+        delivery_needed(&tenant, &[], &consents(true).consents, at),
         NextRun::Start("acme-deliver-3".into())
     );
     let rotating = Arc::new(new_run_job(&tenant, "acme-rotate-1", RunAction::Rotate));
     assert_eq!(
-        delivery_needed(&tenant, &[rotating], &consents(true), at),
+        delivery_needed(&tenant, &[rotating], &consents(true).consents, at),
         NextRun::Idle
     );
 }
@@ -733,7 +735,7 @@ fn a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_wr
 #[test]
 fn no_copies_no_condition() {
     let tenant = provisioned(false, false, vec![]);
-    assert_eq!(condition(&tenant, &Consents::new()), None);
+    assert_eq!(condition(&tenant, &Observed::default()), None);
 }
 
 // Rule 10: rotation on a schedule.
@@ -750,11 +752,13 @@ fn on_schedule(rotated: &str, history: Vec<RunRecord>) -> Tenant {
             every: "1h".into(),
             overlap: Some("5m".into()),
         }),
+        ..CredentialsSpec::default()
     });
     tenant.status.as_mut().unwrap().credentials = Some(CredentialsStatus {
         hash: "h1".into(),
         written_by: Some("uid-acme-provision-10".into()),
         rotated_at: Some(jiff_time(rotated)),
+        secret_uid: None,
         copies: vec![],
     });
     tenant
@@ -768,7 +772,7 @@ fn a_scheduled_rotation_starts_when_due_and_wakes_for_it_before() {
     let due: Timestamp = "2026-12-01T12:30:00Z".parse().unwrap();
     let now: Timestamp = NOW.parse().unwrap();
     assert_eq!(
-        runs_needed(&tenant, &[], &Consents::new(), now),
+        runs_needed(&tenant, &[], &Observed::default(), now),
         RunPlan {
             start: vec![],
             wake_at: Some(due),
@@ -783,7 +787,7 @@ fn a_scheduled_rotation_starts_when_due_and_wakes_for_it_before() {
         ))
     );
     assert_eq!(
-        runs_needed(&tenant, &[], &Consents::new(), due).start,
+        runs_needed(&tenant, &[], &Observed::default(), due).start,
         [("acme-rotate-1".to_owned(), RunAction::Rotate)]
     );
     // At the due time itself: no wake for a time already reached (it would requeue at once), and
@@ -870,9 +874,230 @@ fn a_schedule_counts_from_creation_without_a_report_and_nothing_without_a_schedu
 }
 
 fn condition_of(tenant: &Tenant, type_: &str, now: Timestamp) -> Option<(String, String, String)> {
-    desired_status(tenant, &[], &Consents::new(), now)
+    desired_status(tenant, &[], &Observed::default(), now)
         .conditions
         .into_iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status, c.reason, c.message))
+}
+
+// Rule 11: a deleted credentials Secret.
+
+use crate::crd::OnSecretLoss;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+/// A provisioned tenant whose provisioner reported Secret `acme-clickhouse` with uid `s1` (its
+/// marker written), copies asked for and delivered, a rotation every hour last done at `NOW`.
+fn watched(on_loss: OnSecretLoss, history: Vec<RunRecord>) -> Tenant {
+    let mut tenant = with_copies(vec![reported(CopyState::Delivered, Some("h1"))], history);
+    let spec = tenant.spec.credentials.as_mut().unwrap();
+    spec.on_secret_loss = on_loss;
+    spec.rotation = Some(RotationSchedule {
+        every: "1h".into(),
+        overlap: None,
+    });
+    let status = tenant.status.as_mut().unwrap();
+    status.click_house_secret_ref = Some(crate::crd::SecretRef {
+        name: "acme-clickhouse".into(),
+    });
+    let report = status.credentials.as_mut().unwrap();
+    report.secret_uid = Some("s1".into());
+    report.rotated_at = Some(jiff_time(NOW));
+    tenant
+}
+
+/// A marker owned by the Secret whose uid is `owner` (none: its owner reference stripped).
+fn marker(owner: Option<&str>) -> ConfigMap {
+    let mut marker = ConfigMap::default();
+    marker.metadata.owner_references = owner.map(|uid| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            name: "acme-clickhouse".into(),
+            uid: uid.into(),
+            ..OwnerReference::default()
+        }]
+    });
+    marker
+}
+
+fn lost() -> Observed {
+    Observed {
+        consents: Consents::from([("app".to_owned(), true)]),
+        secret: SecretState::Deleted,
+    }
+}
+
+fn secret_condition_of(
+    tenant: &Tenant,
+    runs: &[Arc<RunJob>],
+    observed: &Observed,
+) -> Option<(String, String, String)> {
+    desired_status(tenant, runs, observed, NOW.parse().unwrap())
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "CredentialsSecret")
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+/// The marker looked for is named by the reported Secret and uid; the Secret is there while a
+/// marker it owns is, gone when the marker is gone, owned by another Secret of the name (made again
+/// by hand), or orphaned; unknown without a reported uid.
+#[test]
+fn the_secret_is_there_while_a_marker_it_owns_is() {
+    let tenant = watched(OnSecretLoss::Report, vec![]);
+    assert_eq!(
+        secret_loss::watched_marker(&tenant).as_deref(),
+        Some("acme-clickhouse.s1")
+    );
+    assert_eq!(
+        secret_state(&tenant, Some(&marker(Some("s1")))),
+        SecretState::Present
+    );
+    assert_eq!(secret_state(&tenant, None), SecretState::Deleted);
+    assert_eq!(
+        secret_state(&tenant, Some(&marker(Some("s2")))),
+        SecretState::Deleted
+    );
+    assert_eq!(
+        secret_state(&tenant, Some(&marker(None))),
+        SecretState::Deleted
+    );
+
+    let mut unreported = tenant.clone();
+    credentials_report(&mut unreported).secret_uid = None;
+    assert_eq!(secret_loss::watched_marker(&unreported), None);
+    assert_eq!(secret_state(&unreported, None), SecretState::Unknown);
+    let mut deleting = tenant.clone();
+    deleting.metadata.deletion_timestamp = Some(jiff_time(NOW));
+    assert_eq!(secret_loss::watched_marker(&deleting), None);
+}
+
+/// Report (the default): the condition says what happened and what to do; no run starts — not the
+/// Deliver the out-of-date copies would get, not the rotation that is due — and their conditions say
+/// what they wait for.
+#[test]
+fn a_deleted_secret_is_reported_and_nothing_rotates_it_unasked() {
+    let due: Timestamp = "2026-12-01T13:00:00Z".parse().unwrap();
+    let mut tenant = watched(OnSecretLoss::Report, vec![]);
+    credentials_report(&mut tenant).hash = "h2".into();
+    assert_eq!(
+        runs_needed(&tenant, &[], &lost().consents.into(), due).start,
+        [("acme-rotate-1".to_owned(), RunAction::Rotate)],
+        "with the Secret there: the due rotation (which writes the copies too)"
+    );
+    assert_eq!(runs_needed(&tenant, &[], &lost(), due), RunPlan::default());
+    assert_eq!(
+        secret_condition_of(&tenant, &[], &lost()),
+        Some((
+            "False".into(),
+            "SecretDeleted".into(),
+            "Secret acme-clickhouse was deleted. The password still works in ClickHouse, but nobody can read it: start a Rotate run (the Rotate button, or a RunJob) to make the Secret again with a new password, or set spec.credentials.onSecretLoss: Rotate".into()
+        ))
+    );
+    let status = desired_status(&tenant, &[], &lost(), due);
+    for held in [DELIVERED, ROTATION] {
+        let c = status.conditions.iter().find(|c| c.type_ == held).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            (
+                "False",
+                "SecretDeleted",
+                "Waiting until Secret acme-clickhouse is made again (see the CredentialsSecret condition)"
+            ),
+            "{held}"
+        );
+    }
+    // A Rotate someone started is under way.
+    let clicked = Arc::new(new_run_job(&tenant, "acme-rotate-1", RunAction::Rotate));
+    assert_eq!(
+        secret_condition_of(&tenant, &[clicked], &lost()).map(|c| c.1),
+        Some("Remaking".into())
+    );
+    // Present: said so; unknown: the condition stays as it was.
+    let present = Observed {
+        secret: SecretState::Present,
+        ..Observed::default()
+    };
+    assert_eq!(
+        secret_condition_of(&tenant, &[], &present),
+        Some((
+            "True".into(),
+            "Present".into(),
+            "Secret acme-clickhouse holds the credentials".into()
+        ))
+    );
+    let mut shown = tenant.clone();
+    shown.status.as_mut().unwrap().conditions =
+        desired_status(&tenant, &[], &lost(), due).conditions;
+    assert_eq!(
+        secret_condition_of(&shown, &[], &Observed::default()).map(|c| c.1),
+        Some("SecretDeleted".into())
+    );
+    assert_eq!(
+        secret_condition_of(&tenant, &[], &Observed::default()),
+        None
+    );
+}
+
+/// Rotate: one Rotate run, none beside another run that writes the credentials nor before the
+/// tenant shows the newest one's report; a failed one retried after its backoff, the condition
+/// saying why and when.
+#[test]
+fn with_on_secret_loss_rotate_a_deleted_secret_gets_a_rotate_run_retried_on_failure() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let tenant = watched(OnSecretLoss::Rotate, vec![]);
+    let plan = runs_needed(&tenant, &[], &lost(), now);
+    assert_eq!(
+        plan.start,
+        [("acme-rotate-1".to_owned(), RunAction::Rotate)]
+    );
+    assert_eq!(
+        secret_condition_of(&tenant, &[], &lost()).map(|c| c.1),
+        Some("Remaking".into())
+    );
+    let delivering = Arc::new(new_run_job(&tenant, "acme-deliver-1", RunAction::Deliver));
+    assert_eq!(
+        secret_rotation(&tenant, &[delivering], SecretState::Deleted, now),
+        NextRun::Idle
+    );
+    let done = record("acme-rotate-1", RunPhase::Succeeded, "2026-12-01T12:00:05Z");
+    let behind = watched(OnSecretLoss::Rotate, vec![done]);
+    assert_eq!(
+        secret_rotation(&behind, &[], SecretState::Deleted, now),
+        NextRun::Idle
+    );
+    assert_eq!(
+        secret_rotation(&tenant, &[], SecretState::Present, now),
+        NextRun::Idle
+    );
+    assert_eq!(
+        secret_rotation(&tenant, &[], SecretState::Unknown, now),
+        NextRun::Idle
+    );
+
+    let failed = record("acme-rotate-1", RunPhase::Failed, "2026-12-01T12:00:05Z");
+    let mut failing = watched(OnSecretLoss::Rotate, vec![failed]);
+    credentials_report(&mut failing).written_by = Some("uid-acme-rotate-1".into());
+    let ended: Timestamp = "2026-12-01T12:00:05Z".parse().unwrap();
+    let at = ended + retry_delay(&failing, RunAction::Rotate, 1);
+    assert_eq!(
+        secret_rotation(&failing, &[], SecretState::Deleted, ended),
+        NextRun::RetryAt { attempt: 2, at }
+    );
+    assert_eq!(runs_needed(&failing, &[], &lost(), ended).wake_at, Some(at));
+    let (status, reason, message) = secret_condition_of(&failing, &[], &lost()).unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RemakeFailed")
+    );
+    assert!(
+        message.starts_with("Secret acme-clickhouse was deleted; making it again failed: Rotate run acme-rotate-1 failed. Attempt 2 starts at"),
+        "{message}"
+    );
+    assert_eq!(
+        secret_rotation(&failing, &[], SecretState::Deleted, at),
+        NextRun::Start("acme-rotate-2".into())
+    );
 }
