@@ -387,12 +387,15 @@ pub struct RunRecord {
 /// The conditions whose reason says a run the reconciler makes failed and is being retried: the
 /// tenant's wanted state is not what ClickHouse has, and its next attempt is scheduled. The
 /// `tenants_retrying` metric, the dashboard's needs-attention list and the docs go by these pairs.
-pub const RETRYING: [(&str, &str); 5] = [
+pub const RETRYING: [(&str, &str); 8] = [
     ("Provisioned", "ProvisionRetrying"),
     ("AccessLocked", "LockFailed"),
     ("AccessLocked", "UnlockFailed"),
     ("LimitsEnforced", "ApplyFailed"),
     ("Reclaimed", "DeprovisionRetrying"),
+    ("CredentialsDelivered", "DeliveryFailed"),
+    ("CredentialsRotation", "RotationFailed"),
+    ("CredentialsSecret", "RemakeFailed"),
 ];
 
 impl Tenant {

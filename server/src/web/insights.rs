@@ -123,7 +123,7 @@ pub fn nearest_rank(sorted: &[i64], p: usize) -> i64 {
 }
 
 /// What someone should look at, most urgent first: tenants whose provisioning, locking, limits or
-/// deletion gave up or is stuck, and runs whose latest attempt failed (still listed, not yet cleaned
+/// deletion gave up or is stuck, or whose credentials Secret was deleted, and runs whose latest attempt failed (still listed, not yet cleaned
 /// up). Returns the first [`ATTENTION_LIMIT`] and how many there are in all.
 pub fn attention(
     tenants: &[Arc<Tenant>],
@@ -231,6 +231,12 @@ fn tenant_attention(t: &Tenant, now: Timestamp) -> Vec<(u8, Attention)> {
     {
         out.push(entry(2, "Limits not applied".into(), c.message.clone()));
     }
+    // An application that restarts now finds no credentials to read.
+    if let Some(c) = condition("CredentialsSecret")
+        && matches!(c.reason.as_str(), "SecretDeleted" | "RemakeFailed")
+    {
+        out.push(entry(0, "Credentials Secret deleted".into(), c.message.clone()));
+    }
     out
 }
 
@@ -314,6 +320,18 @@ mod tests {
                 condition("LimitsEnforced", "ApplyFailed", "applying failed", "2026-12-02T10:00:00Z")]}),
                 None,
             ),
+            tenant(
+                "lost",
+                serde_json::json!({"phase": "Active", "conditions": [
+                condition("CredentialsSecret", "SecretDeleted", "Secret lost-clickhouse was deleted. …", "2026-12-02T10:00:00Z")]}),
+                None,
+            ),
+            tenant(
+                "remaking",
+                serde_json::json!({"phase": "Active", "conditions": [
+                condition("CredentialsSecret", "Remaking", "a run is making it again", "2026-12-02T10:00:00Z")]}),
+                None,
+            ),
             tenant("fine", serde_json::json!({"phase": "Active"}), None),
         ];
         let run: RunJob = serde_json::from_value(serde_json::json!({
@@ -334,18 +352,19 @@ mod tests {
                 ("broken", "Provisioning failed"),
                 ("gone", "Terminating for 15 min"),
                 ("locked", "Logins not locked"),
+                ("lost", "Credentials Secret deleted"),
                 ("slow", "Provisioning for 20 min"),
                 ("capped", "Limits not applied"),
                 ("fine", "Suspend run failed"),
             ]
         );
-        assert_eq!(total, 6);
+        assert_eq!(total, 7);
         assert_eq!(
             list[0].detail,
             "Provision run broken-provision-13 failed: unreachable"
         );
         assert_eq!(list[0].href, "/tenants/broken");
-        assert_eq!(list[5].href, "/runs/fine-suspend-20");
+        assert_eq!(list[6].href, "/runs/fine-suspend-20");
     }
 
     #[test]

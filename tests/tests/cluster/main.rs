@@ -28,6 +28,7 @@ mod reclaim;
 mod replicas;
 mod restart_drill;
 mod rotate;
+mod secret_loss;
 mod suspend;
 mod tls;
 mod uninstall;

@@ -1,6 +1,7 @@
 //! The RBAC we ship is exactly what the code calls: a whole tenant lifecycle on the real control plane
-//! (install, a tenant created and provisioned from the dashboard, a run cleaned up, suspend by kubectl,
-//! resume from the dashboard, the tenant's and the run's pages, deletion with each reclaim policy), then the apiserver's audit log is
+//! (install, a tenant created and provisioned from the dashboard, a run cleaned up, its credentials
+//! Secret deleted, suspend by kubectl, resume from the dashboard, the tenant's and the run's pages,
+//! deletion with each reclaim policy), then the apiserver's audit log is
 //! read for what our two ServiceAccounts asked, and compared with the Roles of the bundle both ways:
 //! no request outside them, no grant that nothing used.
 
@@ -118,6 +119,24 @@ async fn lifecycle_then_compare() {
         .plane
         .kubectl(&["delete", "runjob", "acme-foreign", "-n", &s.ns], None);
     assert!(deleted, "{err}");
+    // A deleted credentials Secret: its marker goes with it, and the operator, missing it in its
+    // cache, asks the API for it before it reports the deletion.
+    let (deleted, _, err) = s
+        .plane
+        .kubectl(&["delete", "secret", "acme-clickhouse", "-n", &s.ns], None);
+    assert!(deleted, "{err}");
+    wait_until("the deleted Secret reported", async || {
+        let t = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)
+            .get("acme")
+            .await
+            .ok()?;
+        t.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "CredentialsSecret" && c.reason == "SecretDeleted")
+            .then_some(())
+    })
+    .await;
     // The leader renews its Lease every third of its duration.
     wait_until("a renewal of the leader Lease", async || {
         asked_for(&s, OPERATOR, "update", "leases", "sentry-tenants-leader").then_some(())

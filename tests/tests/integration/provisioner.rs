@@ -4,12 +4,14 @@
 
 use http::Method;
 use jiff::SignedDuration;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use sentry_tenants::crd::{RunAction, TenantPhase};
 use sentry_tenants::names::{ClickHousePrefix, TenantName};
-use sentry_tenants::provision::{ChError, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync};
+use sentry_tenants::provision::{
+    ChError, Outcome, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync,
+};
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS};
 use serde_json::json;
@@ -1115,4 +1117,113 @@ async fn names_once_given_survive_a_change_of_the_prefix() {
     let secret = secrets.get("globex-clickhouse").await.unwrap();
     let username = String::from_utf8(secret.data.unwrap()["username"].0.clone()).unwrap();
     assert_eq!(username, "prod_globex_user");
+}
+
+/// The marker beside acme's credentials Secret: the ConfigMap owned by the Secret whose uid the
+/// tenant's status reports, and that uid.
+async fn marker_of_reported_secret(c: &Cluster) -> (Option<ConfigMap>, String) {
+    let tenant = c.tenants().get("acme").await.unwrap();
+    let uid =
+        (tenant.status.unwrap().credentials.unwrap().secret_uid).expect("a reported Secret uid");
+    let marker = Api::<ConfigMap>::namespaced(c.admin.clone(), NS)
+        .get_opt(&format!("acme-clickhouse.{uid}"))
+        .await
+        .unwrap();
+    (marker, uid)
+}
+
+/// Every run that writes the credentials writes the marker the operator watches in place of the
+/// Secret: owned by the Secret (the garbage collector deletes it with the Secret), named by its uid.
+#[tokio::test]
+async fn provision_writes_a_marker_owned_by_the_credentials_secret() {
+    let (c, _ch) = provisioned_acme().await;
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    let (marker, uid) = marker_of_reported_secret(&c).await;
+    assert_eq!(Some(uid.as_str()), secret.metadata.uid.as_deref());
+    let marker = marker.expect("the marker");
+    let owner = &marker.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Secret", "acme-clickhouse", uid.as_str())
+    );
+    assert_eq!(marker.labels()["sentry.io/tenant"], "acme");
+}
+
+/// A Rotate run on a tenant whose credentials Secret was deleted makes it again: a new password, the
+/// only one ClickHouse accepts from then on (the old one's hash was only in the deleted Secret), a
+/// new marker for the new Secret, and the status naming it.
+#[tokio::test]
+async fn a_rotate_after_the_secret_was_deleted_makes_it_again_with_only_the_new_password() {
+    let (c, ch) = provisioned_on_a_current_server("60s").await;
+    let old = password(&c).await.unwrap();
+    let (_, old_uid) = marker_of_reported_secret(&c).await;
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .delete("acme-clickhouse", &Default::default())
+        .await
+        .unwrap();
+    ch.clear();
+    let outcome = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Rotate)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::SecretRemade {
+            database: "tenant_acme".into()
+        }
+    );
+    let new = password(&c).await.expect("the Secret made again");
+    assert_ne!(new, old);
+    assert!(ch.may_log_in(USER, &new));
+    assert!(
+        !ch.may_log_in(USER, &old),
+        "no overlap for a password nobody holds on file"
+    );
+    let secret = Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .get("acme-clickhouse")
+        .await
+        .unwrap();
+    let owner = &secret.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("Tenant", Some(true))
+    );
+    assert!(on_file(&c, "pendingPassword").await.is_none());
+    let (marker, uid) = marker_of_reported_secret(&c).await;
+    assert_ne!(uid, old_uid);
+    assert_eq!(Some(uid.as_str()), secret.metadata.uid.as_deref());
+    assert!(marker.is_some(), "the new Secret's marker");
+}
+
+/// Cut short before ClickHouse heard of it, the Secret made again holds the new password as pending
+/// only — never a `password` ClickHouse refuses — and the old one still works; the retry finishes
+/// with that same new password.
+#[tokio::test]
+async fn a_secret_remade_by_a_rotate_cut_short_is_finished_by_its_retry() {
+    let (c, ch) = provisioned_on_a_current_server("60s").await;
+    let old = password(&c).await.unwrap();
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .delete("acme-clickhouse", &Default::default())
+        .await
+        .unwrap();
+    let p = provisioner(&c, &ch, false);
+    // version, the four ownership reads: then the ALTER fails.
+    ch.fail_after(5, ChError::Unreachable("connection reset".into()));
+    p.run(&acme(), RunAction::Rotate).await.unwrap_err();
+    assert_eq!(
+        password(&c).await,
+        None,
+        "no password on file that ClickHouse refuses"
+    );
+    let pending = on_file(&c, "pendingPassword")
+        .await
+        .expect("the new one, pending");
+    assert!(ch.may_log_in(USER, &old), "nothing switched yet");
+    ch.recover();
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    assert_eq!(password(&c).await.unwrap(), pending);
+    assert!(ch.may_log_in(USER, &pending) && !ch.may_log_in(USER, &old));
 }
