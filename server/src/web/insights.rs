@@ -235,7 +235,11 @@ fn tenant_attention(t: &Tenant, now: Timestamp) -> Vec<(u8, Attention)> {
     if let Some(c) = condition("CredentialsSecret")
         && matches!(c.reason.as_str(), "SecretDeleted" | "RemakeFailed")
     {
-        out.push(entry(0, "Credentials Secret deleted".into(), c.message.clone()));
+        out.push(entry(
+            0,
+            "Credentials Secret deleted".into(),
+            c.message.clone(),
+        ));
     }
     out
 }

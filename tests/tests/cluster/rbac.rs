@@ -1,6 +1,6 @@
 //! The RBAC we ship is exactly what the code calls: a whole tenant lifecycle on the real control plane
 //! (install, a tenant created and provisioned from the dashboard, a run cleaned up, its credentials
-//! Secret deleted, suspend by kubectl, resume from the dashboard, the tenant's and the run's pages,
+//! Secret deleted and made again by a Rotate from the dashboard, suspend by kubectl, resume from the dashboard, the tenant's and the run's pages,
 //! deletion with each reclaim policy), then the apiserver's audit log is
 //! read for what our two ServiceAccounts asked, and compared with the Roles of the bundle both ways:
 //! no request outside them, no grant that nothing used.
@@ -79,6 +79,16 @@ async fn lifecycle_then_compare() {
         "{:#?}",
         acme.history()
     );
+    // A deleted credentials Secret: its marker goes with it, and the operator, missing it in its
+    // cache, asks the API for it before it reports the deletion.
+    let (deleted, _, err) = s
+        .plane
+        .kubectl(&["delete", "secret", "acme-clickhouse", "-n", &s.ns], None);
+    assert!(deleted, "{err}");
+    secret_condition_is(&s, "SecretDeleted").await;
+    // A person's Rotate from the dashboard makes it again (and the Retain below releases it).
+    dashboard.act("/actions/tenants/acme/rotate", "").await;
+    secret_condition_is(&s, "Present").await;
     s.set_suspended("acme", true);
     tenant_in_phase(&s, "acme", TenantPhase::Suspended).await;
     dashboard.act("/actions/tenants/acme/resume", "").await;
@@ -119,24 +129,6 @@ async fn lifecycle_then_compare() {
         .plane
         .kubectl(&["delete", "runjob", "acme-foreign", "-n", &s.ns], None);
     assert!(deleted, "{err}");
-    // A deleted credentials Secret: its marker goes with it, and the operator, missing it in its
-    // cache, asks the API for it before it reports the deletion.
-    let (deleted, _, err) = s
-        .plane
-        .kubectl(&["delete", "secret", "acme-clickhouse", "-n", &s.ns], None);
-    assert!(deleted, "{err}");
-    wait_until("the deleted Secret reported", async || {
-        let t = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)
-            .get("acme")
-            .await
-            .ok()?;
-        t.status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "CredentialsSecret" && c.reason == "SecretDeleted")
-            .then_some(())
-    })
-    .await;
     // The leader renews its Lease every third of its duration.
     wait_until("a renewal of the leader Lease", async || {
         asked_for(&s, OPERATOR, "update", "leases", "sentry-tenants-leader").then_some(())
@@ -195,6 +187,20 @@ async fn lifecycle_then_compare() {
         .collect();
     assert!(unused.is_empty(), "grants nothing used: {unused:#?}");
     s.assert_no_forbidden();
+}
+
+/// Waits until acme's `CredentialsSecret` condition says `reason`.
+async fn secret_condition_is(s: &Setup, reason: &str) {
+    let tenants = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns);
+    wait_until(&format!("CredentialsSecret {reason}"), async || {
+        let status = tenants.get("acme").await.ok()?.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "CredentialsSecret" && c.reason == reason)
+            .then_some(())
+    })
+    .await;
 }
 
 /// Every (account, group, resource, verb) the bundle's Roles grant, as the apiserver stored them.
