@@ -170,6 +170,14 @@ fn credentials(t: &Tenant, rotating: bool) -> String {
     if rotating {
         return "rotating…".to_owned();
     }
+    let secret_deleted = t.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "CredentialsSecret" && c.reason == "SecretDeleted")
+    });
+    if secret_deleted {
+        return "the credentials Secret was deleted: Rotate credentials makes it again with a new password".to_owned();
+    }
     let changed = |a: RunAction| matches!(a, RunAction::Rotate | RunAction::Revoke);
     let latest = match t.history().iter().find(|h| changed(h.action)) {
         None => "never rotated".to_owned(),

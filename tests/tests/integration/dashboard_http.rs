@@ -1036,6 +1036,24 @@ fn rotate_starts_one_run_and_only_for_a_provisioned_tenant() {
                 .contains(r#"action="/actions/tenants/globex/rotate""#),
             "a Rotate button on a provisioned tenant"
         );
+        // Its credentials Secret deleted: the page says what the button does about it.
+        let lost = json!({"status": {"conditions": [{
+            "type": "CredentialsSecret", "status": "False", "reason": "SecretDeleted",
+            "message": "Secret globex-clickhouse was deleted", "lastTransitionTime": "2026-12-04T10:00:00Z",
+        }]}});
+        c.tenants()
+            .patch_status("globex", &PatchParams::default(), &Patch::Merge(&lost))
+            .await
+            .unwrap();
+        c.sync_stores().await;
+        let page = get(dashboard_router(&c, false), "/tenants/globex").await;
+        assert!(
+            page.body.contains(
+                "the credentials Secret was deleted: Rotate credentials makes it again with a new password"
+            ),
+            "{}",
+            page.body
+        );
         let first = act(&c, "/actions/tenants/globex/rotate", "", true).await;
         assert_eq!(first.status, StatusCode::OK, "{}", first.body);
         assert!(
