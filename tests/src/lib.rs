@@ -1091,6 +1091,30 @@ impl Cluster {
         }
     }
 
+    /// Empties the markers' cache alone, keeping it synced: a ConfigMap watch that has not yet
+    /// delivered a marker the Tenant watch's report already names.
+    pub fn forget_markers(&self) {
+        refill(&mut self.writers.lock().unwrap().markers, Vec::new());
+    }
+
+    /// Deletes a Secret, then what it owns, as the garbage collector does (background propagation):
+    /// the in-memory API has no garbage collector.
+    pub async fn delete_secret_collecting_dependents(&self, name: &str) {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets = Api::<Secret>::namespaced(self.admin.clone(), NS);
+        let uid = secrets.get(name).await.unwrap().metadata.uid.unwrap();
+        secrets.delete(name, &Default::default()).await.unwrap();
+        let config_maps = Api::<ConfigMap>::namespaced(self.admin.clone(), NS);
+        for dependent in config_maps.list(&ListParams::default()).await.unwrap() {
+            if dependent.owner_references().iter().any(|o| o.uid == uid) {
+                config_maps
+                    .delete(&dependent.name_any(), &Default::default())
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
     /// Empties the caches: an operator that just restarted and has not listed anything yet.
     pub fn clear_stores(&self) {
         let mut w = self.writers.lock().unwrap();

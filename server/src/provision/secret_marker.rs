@@ -131,5 +131,10 @@ mod tests {
             ("Secret", "acme-clickhouse")
         );
         assert_eq!(owner.block_owner_deletion, None);
+        // Whoever finds it in `kubectl get configmaps` reads what it is for.
+        assert_eq!(
+            m.data.unwrap()["purpose"],
+            "Deleted with Secret acme-clickhouse by the garbage collector: the operator learns of that deletion from it."
+        );
     }
 }

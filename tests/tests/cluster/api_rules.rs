@@ -128,6 +128,24 @@ async fn the_apiserver_refuses_what_the_crd_rules_forbid_with_our_messages() {
         assert!(!ok && err.contains(refusal), "{fields}: {err}");
         assert!(!err.contains("type conversion error"), "{fields}: {err}");
     }
+
+    // What a deleted credentials Secret calls for: one of the two words.
+    let on_loss = |word: &str| {
+        format!(
+            "{}  credentials:\n    onSecretLoss: {word}\n",
+            tenant("acme")
+        )
+    };
+    for word in ["Report", "Rotate"] {
+        let (ok, _, err) = apply(on_loss(word));
+        assert!(ok, "{word}: {err}");
+    }
+    let (ok, _, err) = apply(on_loss("Revoke"));
+    assert!(
+        !ok && err.contains("spec.credentials.onSecretLoss")
+            && err.contains(r#"supported values: "Report", "Rotate""#),
+        "{err}"
+    );
 }
 
 /// The quick start's YAML (the install guide) and the README's tenant are what the apiserver admits,
@@ -163,27 +181,23 @@ async fn the_docs_yaml_is_admitted_under_strict_field_validation() {
         "{out}"
     );
 
-    // The copies example of the concepts guide, on a tenant of its own.
-    let copies = doc_block("docs/concepts.md", "Copies of the credentials", "yaml");
-    let copies = format!(
-        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: copies-doc\n  namespace: {}\n{copies}",
-        s.ns
-    );
-    let (ok, out, err) = apply(&copies);
-    assert!(
-        ok && out.contains("tenant.sentry.io/copies-doc created"),
-        "{err}"
-    );
-    let schedule = doc_block("docs/concepts.md", "Rotation on a schedule", "yaml");
-    let schedule = format!(
-        "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: schedule-doc\n  namespace: {}\n{schedule}",
-        s.ns
-    );
-    let (ok, out, err) = apply(&schedule);
-    assert!(
-        ok && out.contains("tenant.sentry.io/schedule-doc created"),
-        "{err}"
-    );
+    // The concepts guide's spec.credentials examples, each on a tenant of its own.
+    for (heading, name) in [
+        ("Copies of the credentials", "copies-doc"),
+        ("Rotation on a schedule", "schedule-doc"),
+        ("A deleted credentials Secret", "secret-loss-doc"),
+    ] {
+        let spec = doc_block("docs/concepts.md", heading, "yaml");
+        let tenant = format!(
+            "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: {name}\n  namespace: {}\n{spec}",
+            s.ns
+        );
+        let (ok, out, err) = apply(&tenant);
+        assert!(
+            ok && out.contains(&format!("tenant.sentry.io/{name} created")),
+            "{heading}: {err}"
+        );
+    }
 
     for yaml in [&quick_start, &readme] {
         let misspelt = yaml.replace("  suspended:", "  suspend:");

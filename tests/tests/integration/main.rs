@@ -22,6 +22,7 @@ mod provisioner;
 mod reclaim;
 mod run_cap;
 mod runjob_rules;
+mod secret_loss;
 mod stale_cache_drill;
 mod stand_in_rules;
 mod tenant_rules;

@@ -1150,6 +1150,75 @@ async fn provision_writes_a_marker_owned_by_the_credentials_secret() {
         ("Secret", "acme-clickhouse", uid.as_str())
     );
     assert_eq!(marker.labels()["sentry.io/tenant"], "acme");
+    let created = c
+        .log
+        .all()
+        .into_iter()
+        .find(|r| r.method == Method::POST && r.path.ends_with("/configmaps"))
+        .expect("the marker's create");
+    assert!(
+        created
+            .query
+            .contains("fieldManager=sentry-tenants-provisioner"),
+        "{}",
+        created.query
+    );
+}
+
+/// A marker another run made between this run's look and its create is read, and as it stands for
+/// the same Secret the run goes on; a ConfigMap of the marker's name that does not stand for that
+/// Secret stops the run, saying so; a failed create is reported as the create's failure.
+#[tokio::test]
+async fn a_marker_made_meanwhile_is_taken_and_one_that_is_not_the_secrets_stops_the_run() {
+    let (c, ch) = provisioned_acme().await;
+    let (_, uid) = marker_of_reported_secret(&c).await;
+    let name = format!("acme-clickhouse.{uid}");
+    let resync = async || {
+        provisioner(&c, &ch, false)
+            .run(&acme(), RunAction::Provision)
+            .await
+    };
+    // This run's first look finds nothing: the other run's marker is made just after it.
+    let looked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let suffix = format!("/configmaps/{name}");
+    c.intercept.set({
+        let looked = looked.clone();
+        move |method, path, _, _| {
+            let first = *method == Method::GET
+                && path.ends_with(&suffix)
+                && !looked.swap(true, std::sync::atomic::Ordering::SeqCst);
+            first.then(|| (404, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})))
+        }
+    });
+    c.log.clear();
+    resync()
+        .await
+        .expect("the marker made meanwhile is this Secret's");
+    let posts = c
+        .log
+        .count(|r| r.method == Method::POST && r.path.ends_with("/configmaps"));
+    assert_eq!(posts, 1, "one create, answered AlreadyExists, then read");
+
+    c.intercept.refuse(Method::POST, "/configmaps");
+    let markers = Api::<ConfigMap>::namespaced(c.admin.clone(), NS);
+    markers.delete(&name, &Default::default()).await.unwrap();
+    let err = resync().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("create configmap {name}")),
+        "{err}"
+    );
+    c.intercept.clear();
+
+    let foreign: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    markers.create(&Default::default(), &foreign).await.unwrap();
+    let err = resync().await.unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "ConfigMap {NS}/{name} exists and is not owned by that Secret"
+        )),
+        "{err}"
+    );
 }
 
 /// A Rotate run on a tenant whose credentials Secret was deleted makes it again: a new password, the
