@@ -1009,6 +1009,15 @@ fn a_deleted_secret_is_reported_and_nothing_rotates_it_unasked() {
             "{held}"
         );
     }
+    // What is so stays said: the copies hold the credentials on file, the next rotation is ahead.
+    let settled = watched(OnSecretLoss::Report, vec![]);
+    let status = desired_status(&settled, &[], &lost(), NOW.parse().unwrap());
+    let reason = |type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (c.status.clone(), c.reason.clone())
+    };
+    assert_eq!(reason(DELIVERED), ("True".into(), "Delivered".into()));
+    assert_eq!(reason(ROTATION), ("True".into(), "Scheduled".into()));
     // A Rotate someone started is under way.
     let clicked = Arc::new(new_run_job(&tenant, "acme-rotate-1", RunAction::Rotate));
     assert_eq!(
