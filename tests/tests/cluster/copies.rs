@@ -116,7 +116,15 @@ fn consent_checks(s: &Setup, namespace: &str) -> usize {
         .count()
 }
 
-pub fn grant_credentials(s: &Setup, kubeconfig: &std::path::Path, namespace: &str) {
+/// The app namespace's owner (an account bound to `admin` there) consents to copies, as a
+/// namespace's owner does: `grant-credentials --apply` with their own kubeconfig.
+pub async fn owner_consents(s: &Setup, app: &Setup) {
+    app.account_bound_to("owner", "admin");
+    let (_, owner) = app.as_account("owner").await;
+    grant_credentials(s, &owner, &app.ns);
+}
+
+fn grant_credentials(s: &Setup, kubeconfig: &std::path::Path, namespace: &str) {
     let out = std::process::Command::new(s.plane.project_binary())
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -174,9 +182,7 @@ async fn a_copy_waits_for_consent_then_follows_a_rotation_and_goes_with_its_entr
     );
 
     // The namespace's admin consents: the copy appears, equal to the source's keys, marked as ours.
-    app.account_bound_to("owner", "admin");
-    let (_, owner) = app.as_account("owner").await;
-    grant_credentials(&s, &owner, &app.ns);
+    owner_consents(&s, &app).await;
     let copy = wait_until_within("the copy in the app's namespace", LOOKS_AGAIN, async || {
         app_secrets.get_opt("acme-db").await.ok()?
     })
@@ -252,9 +258,7 @@ async fn a_secret_that_is_not_ours_is_left_alone_and_copies_go_with_their_tenant
     let app = s.another_namespace("copies-taken").await;
     let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
-    app.account_bound_to("owner", "admin");
-    let (_, owner) = app.as_account("owner").await;
-    grant_credentials(&s, &owner, &app.ns);
+    owner_consents(&s, &app).await;
     let app_secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &app.ns);
     let theirs: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "taken"},

@@ -106,7 +106,7 @@ async fn overlapping_rotations_keep_every_valid_password_and_revoke_ends_them_al
 /// old one still logs in during the overlap and not after, and the condition names the next time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_for_the_overlap() {
-    use crate::copies::{data, expected_copy, grant_credentials};
+    use crate::copies::{data, expected_copy, owner_consents};
     use k8s_openapi::api::core::v1::Secret;
     use sentry_tenants_tests::control_plane::wait_until_within;
 
@@ -115,9 +115,7 @@ async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_
     let user = s.ch_user("acme");
     let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
-    app.account_bound_to("owner", "admin");
-    let (_, owner) = app.as_account("owner").await;
-    grant_credentials(&s, &owner, &app.ns);
+    owner_consents(&s, &app).await;
     s.apply(&format!(
         "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  credentials:\n    rotation:\n      every: 1m\n      overlap: 30s\n    copies:\n    - namespace: {}\n      secretName: acme-db\n",
         app.ns

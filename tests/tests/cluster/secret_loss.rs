@@ -10,7 +10,7 @@ use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
-use crate::copies::{data, expected_copy, grant_credentials};
+use crate::copies::{data, expected_copy, owner_consents};
 use crate::provision::{finished, password, tenant_in_phase};
 use crate::setup;
 
@@ -23,9 +23,7 @@ async fn a_deleted_secret_is_reported_and_made_again_only_when_the_spec_says_so(
     let user = s.ch_user("acme");
     let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
     s.install_with_clickhouse(&ch.url, ADMIN).await;
-    app.account_bound_to("owner", "admin");
-    let (_, owner) = app.as_account("owner").await;
-    grant_credentials(&s, &owner, &app.ns);
+    owner_consents(&s, &app).await;
     let tenant = |on_loss: &str| {
         format!(
             "apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: acme\nspec:\n  credentials:\n    onSecretLoss: {on_loss}\n    copies:\n    - namespace: {}\n      secretName: acme-db\n",
