@@ -299,7 +299,8 @@ pub fn watch_caches(
 
 /// The markers of the tenants' credentials Secrets (`provision::secret_marker`) feeding their
 /// cache. Yields the tenant of every marker that comes or goes, and, once the first list is in,
-/// every cached tenant: a Secret deleted while nobody watched shows only by its marker's absence.
+/// every cached tenant whose marker the list lacks: a Secret deleted while nobody watched shows only
+/// by its marker's absence (the others' reconciles at start-up already had nothing to decide).
 pub fn marker_watch(
     client: kube::Client,
     namespace: &str,
@@ -310,7 +311,12 @@ pub fn marker_watch(
         "{}={SECRET_MARKER_COMPONENT},{MANAGED_BY_SELECTOR}",
         crate::labels::COMPONENT
     );
-    let tenants = stores.tenants.clone();
+    let (tenants, markers) = (stores.tenants.clone(), stores.markers.clone());
+    let unmarked = move |t: &Tenant| {
+        let name = super::tenant::watched_marker(t);
+        let namespace = t.metadata.namespace.as_deref().unwrap_or_default();
+        name.is_some_and(|n| markers.get(&ObjectRef::new(&n).within(namespace)).is_none())
+    };
     watcher(
         Api::<ConfigMap>::namespaced(client, namespace),
         watch_config().labels(&selector),
@@ -324,9 +330,8 @@ pub fn marker_watch(
             Ok(watcher::Event::Apply(marker) | watcher::Event::Delete(marker)) => {
                 tenant_of_marker(&marker).into_iter().collect()
             }
-            Ok(watcher::Event::InitDone) => tenants
-                .state()
-                .iter()
+            Ok(watcher::Event::InitDone) => (tenants.state().iter())
+                .filter(|t| unmarked(t))
                 .map(|t| ObjectRef::from_obj(t.as_ref()))
                 .collect(),
             _ => Vec::new(),

@@ -313,11 +313,11 @@ impl Outcome {
     }
 }
 
-/// The credentials Secret as a copy holds it: its copied keys, their hash, and the Secret's uid.
+/// The credentials Secret as read, and what a copy of it holds: its copied keys and their hash.
 struct Source {
     data: std::collections::BTreeMap<String, k8s_openapi::ByteString>,
     hash: String,
-    secret_uid: String,
+    secret: k8s_openapi::api::core::v1::Secret,
 }
 
 /// The provisioner: a ClickHouse connection and the Kubernetes side (tenant, Secret, status).
@@ -412,16 +412,22 @@ impl<C: ClickHouse> Provisioner<C> {
                 .and_then(|c| c.rotated_at.clone())
         };
         let mut source = self.source_credentials(name, tenant).await?;
-        let report = |source: Source, copies| copies::Report {
-            hash: source.hash,
-            run: self.sync.run(),
-            copies,
-            rotated_at: rotated_at.clone(),
-            secret_uid: source.secret_uid,
+        // The marker is made sure of once, for the Secret the report is about.
+        let report = async |source: Source, copies| {
+            let secret_uid =
+                secret_marker::ensure(self.sync.client(), &source.secret, name.as_str()).await?;
+            Ok(copies::Report {
+                hash: source.hash,
+                run: self.sync.run(),
+                copies,
+                rotated_at: rotated_at.clone(),
+                secret_uid,
+            }
+            .into())
         };
         let previous = reported_copies(tenant);
         if tenant.spec.credential_copies().is_empty() && previous.is_empty() {
-            return Ok(report(source, Vec::new()).into());
+            return report(source, Vec::new()).await;
         }
         for _ in 0..3 {
             let written = (self.copier())
@@ -429,7 +435,7 @@ impl<C: ClickHouse> Provisioner<C> {
                 .await;
             let now = self.source_credentials(name, tenant).await?;
             if now.hash == source.hash {
-                return Ok(report(now, written).into());
+                return report(now, written).await;
             }
             source = now;
         }
@@ -439,22 +445,16 @@ impl<C: ClickHouse> Provisioner<C> {
         })
     }
 
-    /// What a copy holds, read from the credentials Secret now, its hash, and the Secret's uid
-    /// once its marker is there.
+    /// What a copy holds, read from the credentials Secret now, and its hash.
     async fn source_credentials(
         &self,
         name: &TenantName,
         tenant: &Tenant,
     ) -> Result<Source, ProvisionError> {
-        let source = self.sync.own_credentials_secret(name, tenant).await?;
-        let data = copies::copied_data(&source);
+        let secret = self.sync.own_credentials_secret(name, tenant).await?;
+        let data = copies::copied_data(&secret);
         let hash = copies::credentials_hash(&tenant.uid().unwrap_or_default(), &data);
-        let secret_uid = secret_marker::ensure(self.sync.client(), &source, name.as_str()).await?;
-        Ok(Source {
-            data,
-            hash,
-            secret_uid,
-        })
+        Ok(Source { data, hash, secret })
     }
 
     fn copier(&self) -> copies::Copier<'_> {

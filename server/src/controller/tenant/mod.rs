@@ -75,7 +75,7 @@ pub use observed::Observed;
 pub use plan::{RunPlan, runs_needed};
 use reclaim::Reclaim;
 pub use rotation::{rotation_due, scheduled_rotation};
-pub use secret_loss::{SecretState, secret_rotation, secret_state};
+pub use secret_loss::{SecretState, secret_rotation, secret_state, watched_marker};
 pub use status::{desired_status, owned_status, phase};
 
 /// One reconcile of a Tenant: read its runs, let the rules decide, carry it out.

@@ -38,13 +38,13 @@ pub fn watched_marker(tenant: &Tenant) -> Option<String> {
         return None;
     }
     let uid = reported(tenant)?.secret_uid.as_deref()?;
-    let secret = &tenant
-        .status
-        .as_ref()?
-        .click_house_secret_ref
-        .as_ref()?
-        .name;
-    Some(secret_marker_name(secret, uid))
+    Some(secret_marker_name(secret_name(tenant)?, uid))
+}
+
+/// The credentials Secret the provisioner reported.
+fn secret_name(tenant: &Tenant) -> Option<&str> {
+    let secret = tenant.status.as_ref()?.click_house_secret_ref.as_ref()?;
+    Some(&secret.name)
 }
 
 /// Where the Secret stands, given the marker found under [`watched_marker`]'s name (`None`: none).
@@ -91,13 +91,7 @@ pub fn secret_condition(
     secret: SecretState,
     now: Timestamp,
 ) -> Option<(ConditionStatus, &'static str, String)> {
-    let name = tenant
-        .status
-        .as_ref()?
-        .click_house_secret_ref
-        .as_ref()?
-        .name
-        .clone();
+    let name = secret_name(tenant)?;
     match secret {
         SecretState::Unknown => None,
         SecretState::Present => Some((
@@ -109,7 +103,7 @@ pub fn secret_condition(
             let remaking = in_flight(runs, |a| matches!(a, RunAction::Rotate | RunAction::Revoke));
             let next = secret_rotation(tenant, runs, secret, now);
             Some(match (tenant.spec.on_secret_loss(), next) {
-                (_, NextRun::Idle) if remaking => remaking_condition(&name),
+                (_, NextRun::Idle) if remaking => remaking_condition(name),
                 (OnSecretLoss::Report, _) => (
                     ConditionStatus::False,
                     "SecretDeleted",
@@ -128,7 +122,7 @@ pub fn secret_condition(
                         what_next(&next)
                     ),
                 ),
-                (OnSecretLoss::Rotate, _) => remaking_condition(&name),
+                (OnSecretLoss::Rotate, _) => remaking_condition(name),
             })
         }
     }
@@ -148,15 +142,14 @@ pub fn held_condition(
     tenant: &Tenant,
     condition: Option<(ConditionStatus, &'static str, String)>,
 ) -> Option<(ConditionStatus, &'static str, String)> {
-    let secret = tenant.status.as_ref()?.click_house_secret_ref.as_ref()?;
+    let secret = secret_name(tenant)?;
     condition.map(|(status, reason, message)| match status {
         ConditionStatus::True => (status, reason, message),
         _ => (
             ConditionStatus::False,
             "SecretDeleted",
             format!(
-                "Waiting until Secret {} is made again (see the CredentialsSecret condition)",
-                secret.name
+                "Waiting until Secret {secret} is made again (see the CredentialsSecret condition)"
             ),
         ),
     })
