@@ -14,6 +14,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
+// tokio's clock, not std's: the same in production, and a test can pause it.
+use tokio::time::Instant;
 
 use crate::clock::Clock;
 
@@ -78,13 +80,11 @@ impl LeaderElection {
             }
         };
         let duration = SignedDuration::from_secs(i64::from(record.seconds.unwrap_or(15)));
+        // client-go holds a Lease while `observedTime + duration` is after now: at the deadline
+        // itself it has expired.
         since
             .checked_add(duration)
-            .is_ok_and(|deadline| deadline < now)
-    }
-
-    pub fn identity(&self) -> &str {
-        &self.identity
+            .is_ok_and(|deadline| deadline <= now)
     }
 
     /// One round: take the Lease if it is free or expired, renew it if ours. Returns whether we lead.
@@ -164,9 +164,9 @@ impl LeaderElection {
     /// timeout, and a hung request must not keep the flag up while another replica takes over).
     pub async fn run(self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
         let period = self.lease_duration / 3;
-        let mut last_renewed: Option<std::time::Instant> = None;
+        let mut last_renewed: Option<Instant> = None;
         loop {
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             let bound = self.round_bound(last_renewed);
             let leading = match tokio::time::timeout(bound, self.try_acquire_or_renew()).await {
                 Ok(Ok(true)) => {
@@ -190,12 +190,9 @@ impl LeaderElection {
             if !leading {
                 last_renewed = None;
             }
-            leader.send_if_modified(|was| {
-                if *was != leading {
-                    tracing::info!(identity = %self.identity, leading, "leadership changed");
-                }
-                std::mem::replace(was, leading) != leading
-            });
+            if leader.send_if_modified(|was| std::mem::replace(was, leading) != leading) {
+                tracing::info!(identity = %self.identity, leading, "leadership changed");
+            }
             tokio::select! {
                 _ = tokio::time::sleep(period) => {}
                 _ = shutdown.changed() => break,
@@ -213,13 +210,13 @@ impl LeaderElection {
         self.lease_duration * 2 / 3
     }
 
-    fn still_ours(&self, last_renewed: Option<std::time::Instant>) -> bool {
+    fn still_ours(&self, last_renewed: Option<Instant>) -> bool {
         last_renewed.is_some_and(|t| t.elapsed() < self.leading_margin())
     }
 
     /// The longest one round may take: while leading, until the margin of the last renewal runs
     /// out; otherwise one margin.
-    fn round_bound(&self, last_renewed: Option<std::time::Instant>) -> std::time::Duration {
+    fn round_bound(&self, last_renewed: Option<Instant>) -> std::time::Duration {
         let margin = self.leading_margin();
         match last_renewed {
             Some(t) => margin.saturating_sub(t.elapsed()),
