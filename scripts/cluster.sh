@@ -339,6 +339,12 @@ rules:
   resources:
   - group: batch
     resources: ["jobs/status"]
+# Our own objects' writes with their body: the write budget test names what each status write changed.
+- level: Request
+  verbs: ["update", "patch"]
+  resources:
+  - group: sentry.io
+    resources: ["tenants", "tenants/status", "runjobs", "runjobs/status"]
 # Self access reviews with what they asked: the copies' test counts the operator's consent checks
 # apart from its other reviews.
 - level: Request

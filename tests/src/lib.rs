@@ -168,6 +168,21 @@ pub async fn uninstall_quietly(
         .unwrap()
 }
 
+/// The operator's writes for a Provision run made as the dashboard makes one, on a settled tenant,
+/// from its creation to its cleanup (the provisioner's own writes apart), 10 in all: the Job; the run's
+/// Pending (its Job made), Running and Succeeded; the tenant's Provisioning, Active (once the
+/// provisioner reported) and the run's record in its history (the Job finishes after the provisioner
+/// reported, so those two cannot be one); the run's finalizer off once its Job is deleted; the Job's
+/// and the run's deletes. The in-memory tier counts exactly these; the real apiserver no more of each.
+pub const PROVISION_RUN_WRITES: &[(&str, usize)] = &[
+    ("create jobs", 1),
+    ("delete jobs", 1),
+    ("delete runjobs", 1),
+    ("patch runjobs", 1),
+    ("patch runjobs/status", 3),
+    ("patch tenants/status", 3),
+];
+
 /// One request the code under test sent.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -184,6 +199,23 @@ impl Recorded {
     }
     pub fn is_event(&self) -> bool {
         self.path.contains("/events")
+    }
+    /// "verb resource[/status]" as the apiserver's audit log names it ("create jobs", "patch
+    /// runjobs/status"), so the two tiers' counts compare.
+    pub fn kind(&self) -> String {
+        let verb = match self.method {
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "get",
+        };
+        let sub = if self.path.ends_with("/status") {
+            "/status"
+        } else {
+            ""
+        };
+        format!("{verb} {}{sub}", self.resource())
     }
     /// The resource path segment, e.g. "jobs", "runjobs", "tenants".
     pub fn resource(&self) -> &str {

@@ -32,6 +32,7 @@ mod secret_loss;
 mod suspend;
 mod tls;
 mod uninstall;
+mod write_budget;
 
 pub use sentry_tenants_tests::cluster_tier::{
     Operator, Setup, operator_context, setup, setup_alone,

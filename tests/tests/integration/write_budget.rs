@@ -1,9 +1,11 @@
 //! Write accounting: a no-op reconcile writes nothing, and a run's whole life costs a bounded number of
 //! writes. Counted by the recording layer around the client, so every request is seen.
 
+use std::collections::BTreeMap;
+
 use jiff::SignedDuration;
 use sentry_tenants::crd::{RunAction, TenantPhase};
-use sentry_tenants_tests::Cluster;
+use sentry_tenants_tests::{Cluster, PROVISION_RUN_WRITES};
 
 const RUN: &str = "acme-provision-1";
 
@@ -48,7 +50,7 @@ async fn noop_reconcile_makes_zero_writes_at_every_stage_of_a_run() {
 }
 
 #[tokio::test]
-async fn a_run_from_creation_to_cleanup_costs_a_bounded_number_of_writes() {
+async fn a_run_from_creation_to_cleanup_costs_ten_named_writes() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
     c.settle().await;
@@ -70,9 +72,15 @@ async fn a_run_from_creation_to_cleanup_costs_a_bounded_number_of_writes() {
         .iter()
         .map(|w| format!("{} {}", w.method, w.path))
         .collect();
-    // Job create 1; RunJob status Pending, Running, Succeeded 3; tenant status Provisioning,
-    // Active 2 (the Succeeded-but-unreported step folds into Active here); history 1; RunJob delete 1;
-    // Job delete 1; finalizer removal 1 — 10 in all.
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for w in &writes {
+        *kinds.entry(w.kind()).or_default() += 1;
+    }
+    let expected: BTreeMap<String, usize> = PROVISION_RUN_WRITES
+        .iter()
+        .map(|(kind, n)| ((*kind).to_owned(), *n))
+        .collect();
+    assert_eq!(kinds, expected, "{summary:#?}");
     assert_eq!(writes.len(), 10, "{summary:#?}");
     assert_eq!(c.log.creates_of("jobs"), 1);
     let events = c.log.events().len();

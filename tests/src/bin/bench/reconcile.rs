@@ -164,14 +164,7 @@ pub async fn noop_rate(n: usize, passes: usize) -> f64 {
 pub fn breakdown(writes: &[sentry_tenants_tests::Recorded], per: usize) -> String {
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for w in writes {
-        let sub = if w.path.ends_with("/status") {
-            "/status"
-        } else {
-            ""
-        };
-        *counts
-            .entry(format!("{} {}{sub}", w.method, w.resource()))
-            .or_default() += 1;
+        *counts.entry(w.kind()).or_default() += 1;
     }
     counts
         .iter()
