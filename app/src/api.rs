@@ -60,14 +60,6 @@ impl TenantQuery {
             page,
         }
     }
-
-    /// Phase exact; search a case-insensitive substring of the name or the display name.
-    pub fn matches(&self, name: &str, display_name: Option<&str>, phase: &str) -> bool {
-        self.phase.as_deref().is_none_or(|p| p == phase)
-            && self.text.as_deref().is_none_or(|q| {
-                name.contains(q) || display_name.is_some_and(|d| d.to_lowercase().contains(q))
-            })
-    }
 }
 
 #[server(prefix = "/api", endpoint = "overview", input = GetUrl)]

@@ -308,23 +308,44 @@ impl<T> Page<T> {
     }
 }
 
+/// Which rows of `matched` ones page `page` (1-based, clamped to the pages there are) shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageWindow {
+    pub page: usize,
+    pub pages: usize,
+    /// How many rows come before the page's first.
+    pub skip: usize,
+}
+
+impl PageWindow {
+    pub fn of(matched: usize, page: Option<usize>) -> Self {
+        let pages = matched.div_ceil(PAGE_SIZE).max(1);
+        let page = page.unwrap_or(1).clamp(1, pages);
+        Self {
+            page,
+            pages,
+            skip: (page - 1) * PAGE_SIZE,
+        }
+    }
+
+    /// The page of `rows`, already cut out of `matched` ones by this window.
+    pub fn page<T>(self, rows: Vec<T>, matched: usize, total: usize) -> Page<T> {
+        Page {
+            rows,
+            total,
+            matched,
+            page: self.page,
+            pages: self.pages,
+        }
+    }
+}
+
 /// Cuts `page` (1-based, clamped to the pages there are) out of the filtered `rows`.
 pub fn paginate<T>(rows: Vec<T>, total: usize, page: Option<usize>) -> Page<T> {
     let matched = rows.len();
-    let pages = matched.div_ceil(PAGE_SIZE).max(1);
-    let page = page.unwrap_or(1).clamp(1, pages);
-    let rows = rows
-        .into_iter()
-        .skip((page - 1) * PAGE_SIZE)
-        .take(PAGE_SIZE)
-        .collect();
-    Page {
-        rows,
-        total,
-        matched,
-        page,
-        pages,
-    }
+    let window = PageWindow::of(matched, page);
+    let rows = rows.into_iter().skip(window.skip).take(PAGE_SIZE).collect();
+    window.page(rows, matched, total)
 }
 
 /// Phases in display order, for filters and the overview.

@@ -18,7 +18,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use sentry_tenants::clock::Clock;
 use sentry_tenants::config::OperatorConfig;
-use sentry_tenants::controller::{Context, RunIndex, Stores, runjob, tenant};
+use sentry_tenants::controller::{Context, Stores, runjob, tenant};
 use sentry_tenants::crd::{ProvisioningPolicy, RunAction, RunJob, Tenant, TenantSpec};
 use sentry_tenants::telemetry::Metrics;
 use serde_json::{Value, json};
@@ -1086,8 +1086,9 @@ impl Cluster {
             .for_each(sentry_tenants::controller::slim_tenant);
         let before = self.cached_versions();
         let mut w = self.writers.lock().unwrap();
-        refill(&mut w.tenants, tenants);
-        refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, runs);
+        let stores = &self.ctx.stores;
+        refill_indexed(&mut w.tenants, |e| stores.tenant_index.apply(e), tenants);
+        refill_indexed(&mut w.runjobs, |e| stores.run_index.apply(e), runs);
         refill(&mut w.jobs, jobs);
         self.mark_synced();
         drop(w);
@@ -1151,8 +1152,9 @@ impl Cluster {
     pub fn clear_stores(&self) {
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.markers, Vec::new());
-        refill(&mut w.tenants, Vec::new());
-        refill_runs(&mut w.runjobs, &self.ctx.stores.run_index, Vec::new());
+        let stores = &self.ctx.stores;
+        refill_indexed(&mut w.tenants, |e| stores.tenant_index.apply(e), Vec::new());
+        refill_indexed(&mut w.runjobs, |e| stores.run_index.apply(e), Vec::new());
         refill(&mut w.jobs, Vec::new());
         self.mark_synced();
     }
@@ -1316,14 +1318,19 @@ where
     writer.apply_watcher_event(&watcher::Event::InitDone);
 }
 
-/// Refills the RunJob cache and the run index from the same events, as `run`'s watch does.
-fn refill_runs(writer: &mut Writer<RunJob>, index: &RunIndex, runs: Vec<RunJob>) {
-    index.apply(&watcher::Event::Init);
-    for run in &runs {
-        index.apply(&watcher::Event::InitApply(run.clone()));
+/// Refills a cache and the index kept beside it (tenants, runs) from the same events, as `run`'s
+/// watches do.
+fn refill_indexed<K>(writer: &mut Writer<K>, index: impl Fn(&watcher::Event<K>), objects: Vec<K>)
+where
+    K: Clone + kube::runtime::reflector::Lookup,
+    <K as kube::runtime::reflector::Lookup>::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    index(&watcher::Event::Init);
+    for obj in &objects {
+        index(&watcher::Event::InitApply(obj.clone()));
     }
-    index.apply(&watcher::Event::InitDone);
-    refill(writer, runs);
+    index(&watcher::Event::InitDone);
+    refill(writer, objects);
 }
 
 /// Seconds of a requeue, for asserting "requeued for exactly that moment".

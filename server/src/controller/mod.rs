@@ -9,10 +9,12 @@ mod run_index;
 pub mod runjob;
 pub mod slots;
 pub mod tenant;
+mod tenant_index;
 mod wiring;
 
 pub use backoff::ErrorBackoff;
 pub use run_index::RunIndex;
+pub use tenant_index::{Filter as TenantFilter, Listing as TenantListing, TenantIndex};
 pub use wiring::{
     Cache, StoreWriters, Stores, Synced, cached_or_fetched, drop_managed_fields, run_controllers,
     slim_tenant, watch_caches,

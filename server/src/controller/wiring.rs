@@ -12,7 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::{Context, RunIndex, error_policy, runjob, tenant};
+use super::{Context, RunIndex, TenantIndex, error_policy, runjob, tenant};
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
@@ -30,6 +30,8 @@ pub struct Stores {
     pub markers: Store<ConfigMap>,
     /// Runs by tenant, fed from the RunJob watch alongside its cache.
     pub run_index: RunIndex,
+    /// Tenants in the dashboard's orders, fed from the Tenant watch alongside its cache.
+    pub tenant_index: TenantIndex,
     pub changes: Changes,
     pub synced: Synced,
 }
@@ -119,6 +121,7 @@ impl Stores {
                 jobs,
                 markers: mw.as_reader(),
                 run_index: RunIndex::default(),
+                tenant_index: TenantIndex::default(),
                 changes: Changes::new(),
                 synced: Synced::new(),
             },
@@ -258,6 +261,16 @@ pub fn watch_caches(
     .default_backoff()
     .modify(slim_tenant)
     .reflect_shared(tw)
+    .inspect({
+        // After the cache, so a name the index lists is found in it (but for a moment after a
+        // deletion, when the page leaves the name out).
+        let index = stores.tenant_index.clone();
+        move |event| {
+            if let Ok(event) = event {
+                index.apply(event);
+            }
+        }
+    })
     .inspect(stores.after_cached(Cache::Tenants))
     .for_each(|_| futures::future::ready(()));
     let run_watch = watcher(

@@ -2,7 +2,6 @@
 //! already keep (no extra LIST traffic). Only a tenant's recent Events, a running pod's log and the
 //! leader Lease are read from the API, on demand.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -15,8 +14,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use sentry_tenants_app::api::{Backend, BoxFuture, TenantQuery};
 use sentry_tenants_app::model::{
-    ConditionView, CopyView, EventView, HistoryView, Meta, Overview, Page, PhaseCount, RunDetail,
-    RunRow, TENANT_PHASES, TenantDetail, TenantRow, paginate,
+    ConditionView, CopyView, EventView, HistoryView, Meta, Overview, PAGE_SIZE, Page, PageWindow,
+    PhaseCount, RunDetail, RunRow, TENANT_PHASES, TenantDetail, TenantRow, paginate,
 };
 
 use super::actions::ActingAs;
@@ -24,7 +23,7 @@ use super::insights;
 use super::permissions::Permissions;
 use crate::clock::Clock;
 use crate::controller::runjob::LOG_TAIL_LINES;
-use crate::controller::{Stores, cached_or_fetched};
+use crate::controller::{Stores, TenantFilter, cached_or_fetched};
 use crate::crd::{RunAction, RunJob, RunPhase, Tenant, TenantPhase};
 use crate::leader::LEASE_NAME;
 use crate::names::TenantName;
@@ -57,21 +56,6 @@ impl ClusterBackend {
 
     fn in_namespace<K: kube::Resource>(&self, obj: &K) -> bool {
         obj.meta().namespace.as_deref() == Some(self.namespace.as_str())
-    }
-
-    /// What each tenant has in flight, in one pass over the runs.
-    fn busy(&self) -> HashMap<String, Busy> {
-        let mut out: HashMap<String, Busy> = HashMap::new();
-        for run in self
-            .stores
-            .runjobs
-            .state_filter(|r| self.in_namespace(r) && r.is_in_flight())
-        {
-            out.entry(run.spec.tenant.clone())
-                .or_default()
-                .add(run.spec.action);
-        }
-        out
     }
 
     pub fn tenant_row(&self, t: &Tenant, busy: Busy) -> TenantRow {
@@ -108,12 +92,6 @@ impl ClusterBackend {
                 .then(|| condition("Reclaimed").map(|c| c.message.clone()))
                 .flatten(),
         }
-    }
-
-    fn sorted_tenants(&self) -> Vec<Arc<Tenant>> {
-        let mut all = self.stores.tenants.state_filter(|t| self.in_namespace(t));
-        all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        all
     }
 }
 
@@ -254,22 +232,19 @@ impl Backend for ClusterBackend {
 
     fn overview(&self) -> BoxFuture<'_, Overview> {
         Box::pin(async move {
-            let tenants = self.stores.tenants.state_filter(|t| self.in_namespace(t));
-            let mut counts = [0usize; TENANT_PHASES.len()];
-            for t in &tenants {
-                let phase = t.phase().unwrap_or(TenantPhase::Pending).as_str();
-                if let Some(i) = TENANT_PHASES.iter().position(|p| *p == phase) {
-                    counts[i] += 1;
-                }
-            }
+            let (counts, tenants_total) = self.stores.tenant_index.counts(&self.namespace);
             let tenants_by_phase = TENANT_PHASES
                 .iter()
-                .zip(counts)
-                .map(|(p, count)| PhaseCount {
+                .map(|p| PhaseCount {
                     phase: (*p).to_owned(),
-                    count,
+                    count: TenantPhase::ALL
+                        .into_iter()
+                        .find(|phase| phase.as_str() == *p)
+                        .and_then(|phase| counts.get(&phase).copied())
+                        .unwrap_or(0),
                 })
                 .collect();
+            let tenants = self.stores.tenants.state_filter(|t| self.in_namespace(t));
             let runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
             let now = self.clock.now();
             let finished = insights::finished_runs(&tenants, &runs);
@@ -299,7 +274,7 @@ impl Backend for ClusterBackend {
                 .and_then(|l| l.spec?.holder_identity)
                 .filter(|h| !h.is_empty());
             Overview {
-                tenants_total: tenants.len(),
+                tenants_total,
                 tenants_by_phase,
                 runs_in_flight: runs.iter().filter(|r| r.is_in_flight()).count(),
                 finished_last_24h: live_finished + cleaned,
@@ -315,21 +290,40 @@ impl Backend for ClusterBackend {
     }
 
     fn tenants(&self, query: &TenantQuery) -> Page<TenantRow> {
-        let all = self.sorted_tenants();
-        let total = all.len();
-        let matched: Vec<Arc<Tenant>> = all
-            .into_iter()
-            .filter(|t| {
-                let phase = t.phase().unwrap_or(TenantPhase::Pending);
-                let name = t.metadata.name.as_deref().unwrap_or_default();
-                query.matches(name, t.spec.display_name.as_deref(), phase.as_str())
+        let phase = query
+            .phase
+            .as_deref()
+            .map(|asked| TenantPhase::ALL.into_iter().find(|p| p.as_str() == asked));
+        let filter = TenantFilter {
+            phase: phase.flatten(),
+            text: query.text.as_deref(),
+        };
+        if phase == Some(None) {
+            // A phase no tenant can be in matches none (the page says so).
+            let total = self.stores.tenant_index.counts(&self.namespace).1;
+            return PageWindow::of(0, query.page).page(Vec::new(), 0, total);
+        }
+        let mut window = PageWindow::of(0, None);
+        let listing = self
+            .stores
+            .tenant_index
+            .list(&self.namespace, filter, |matched| {
+                window = PageWindow::of(matched, query.page);
+                (window.skip, PAGE_SIZE)
+            });
+        let rows = listing
+            .names
+            .iter()
+            .filter_map(|name| {
+                let t = self
+                    .stores
+                    .tenants
+                    .get(&ObjectRef::new(name).within(&self.namespace))?;
+                let busy = Busy::of(&self.stores.runs_of(&self.namespace, name));
+                Some(self.tenant_row(&t, busy))
             })
             .collect();
-        let busy = self.busy();
-        paginate(matched, total, query.page).map(|t| {
-            let name = t.metadata.name.as_deref().unwrap_or_default();
-            self.tenant_row(&t, busy.get(name).copied().unwrap_or_default())
-        })
+        window.page(rows, listing.matched, listing.total)
     }
 
     fn runs(&self, page: Option<usize>) -> Page<RunRow> {

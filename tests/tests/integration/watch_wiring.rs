@@ -2,7 +2,8 @@
 //! watchers, shared reflector stores and controllers from `run_controllers` run on top of it.
 //! - a Job status event re-reconciles the RunJob that controls it;
 //! - a RunJob change re-reconciles its Tenant;
-//! - a deleted RunJob leaves the cache and is announced to the dashboard's live updates.
+//! - a deleted RunJob leaves the cache and is announced to the dashboard's live updates;
+//! - a tenant's phase change and deletion reach the index the tenants page lists from.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,7 +20,8 @@ use http_body_util::{BodyExt, StreamBody};
 use kube::client::Body;
 use sentry_tenants::clock::Clock;
 use sentry_tenants::config::OperatorConfig;
-use sentry_tenants::controller::{Context, Stores, run_controllers};
+use sentry_tenants::controller::{Context, Stores, TenantFilter, run_controllers};
+use sentry_tenants::crd::TenantPhase;
 use sentry_tenants::telemetry::Metrics;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -178,7 +180,7 @@ struct Running {
     stores: Stores,
     runs: EventTx,
     jobs: EventTx,
-    _tenants: EventTx,
+    tenants: EventTx,
     _leader: watch::Sender<bool>,
     _shutdown: watch::Sender<bool>,
 }
@@ -221,7 +223,7 @@ async fn start() -> Running {
         stores,
         runs: run_tx,
         jobs: job_tx,
-        _tenants: tenant_tx,
+        tenants: tenant_tx,
         _leader: leader_tx,
         _shutdown: shutdown_tx,
     }
@@ -314,4 +316,31 @@ async fn a_deleted_runjob_leaves_the_cache_and_the_dashboard_is_told() {
         op.stores.runjobs.get(&key).is_none()
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_tenant_s_phase_change_and_deletion_reach_the_tenants_page_index() {
+    let op = start().await;
+    let index = &op.stores.tenant_index;
+    let listed = |phase: Option<TenantPhase>| {
+        let filter = TenantFilter { phase, text: None };
+        index.list(NS, filter, |n| (0, n)).names
+    };
+    assert_eq!(listed(None), ["acme"], "from the first list");
+    let mut active = tenant();
+    active["metadata"]["resourceVersion"] = json!("10");
+    active["status"] = json!({"phase": "Active"});
+    op.tenants
+        .send(json!({"type": "MODIFIED", "object": active}))
+        .unwrap();
+    eventually("acme listed as Active", || {
+        listed(Some(TenantPhase::Active)) == ["acme"]
+    })
+    .await;
+    assert!(listed(Some(TenantPhase::Pending)).is_empty());
+    op.tenants
+        .send(json!({"type": "DELETED", "object": active}))
+        .unwrap();
+    eventually("acme gone from the index", || listed(None).is_empty()).await;
+    assert_eq!(index.counts(NS).1, 0);
 }

@@ -19,6 +19,41 @@ use std::path::PathBuf;
 
 use report::{Figure, Section};
 
+/// One section (at each of `scales` where it has scales), for `--only`.
+fn only(section: &str, scales: &[usize]) -> anyhow::Result<Vec<Section>> {
+    let at_scales = |measure: fn(usize) -> std::pin::Pin<Box<dyn Future<Output = Section>>>| {
+        sentry_tenants_tests::block_on(async {
+            let mut sections = Vec::new();
+            for &n in scales {
+                sections.push(measure(n).await);
+            }
+            sections
+        })
+    };
+    Ok(match section {
+        "sizes" => vec![sizes::measure(&workspace_root())],
+        "static" => vec![static_build::measure(&workspace_root())],
+        "insights" => at_scales(|n| {
+            Box::pin(async move {
+                let fleet = sentry_tenants_tests::fleet::Fleet::with_provision_runs(n).await;
+                insights::measure(&fleet.cluster, n).await
+            })
+        }),
+        "dashboard" => at_scales(|n| {
+            Box::pin(async move {
+                let (_, fleet) = reconcile::measure(n).await;
+                dashboard::measure(&fleet.cluster, n).await
+            })
+        }),
+        "runs-in-flight" => vec![sentry_tenants_tests::block_on(cluster::cap_sweep())],
+        "flood" => vec![sentry_tenants_tests::block_on(cluster::flood())],
+        "node" => vec![sentry_tenants_tests::block_on(cluster::measure()).0],
+        other => anyhow::bail!(
+            "no section {other:?}: sizes, static, insights, dashboard, runs-in-flight, flood, node"
+        ),
+    })
+}
+
 /// Tenant counts the reconcile and dashboard sections run at.
 const SCALES: [usize; 2] = [1_000, 10_000];
 
@@ -44,76 +79,13 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or_default(),
         None => SCALES.to_vec(),
     };
-    // `bench --only sizes`: that section alone, printed (BENCHMARKS.md untouched).
-    if args.windows(2).any(|w| w[0] == "--only" && w[1] == "sizes") {
-        let section = sizes::measure(&workspace_root());
-        println!(
-            "{}",
-            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
-        );
-        return Ok(());
-    }
-    // `bench --only static`: the static build against the glibc one alone, printed (BENCHMARKS.md
-    // untouched); `scripts/bench.sh` names both builds.
-    if args
-        .windows(2)
-        .any(|w| w[0] == "--only" && w[1] == "static")
-    {
-        let section = static_build::measure(&workspace_root());
-        println!(
-            "{}",
-            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
-        );
-        return Ok(());
-    }
-    // `bench --only insights [--scales …]`: that section alone, printed (BENCHMARKS.md untouched).
-    if args
-        .windows(2)
-        .any(|w| w[0] == "--only" && w[1] == "insights")
-    {
-        sentry_tenants_tests::block_on(async {
-            for &n in &scales {
-                let fleet = sentry_tenants_tests::fleet::Fleet::with_provision_runs(n).await;
-                let section = insights::measure(&fleet.cluster, n).await;
-                println!(
-                    "{}",
-                    report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
-                );
-            }
-        });
-        return Ok(());
-    }
-    // `bench --only runs-in-flight`: the cap sweep alone on the cluster of $SENTRY_TENANTS_E2E_KUBECONFIG,
-    // printed (BENCHMARKS.md untouched).
-    if args
-        .windows(2)
-        .any(|w| w[0] == "--only" && w[1] == "runs-in-flight")
-    {
-        let section = sentry_tenants_tests::block_on(cluster::cap_sweep());
-        println!(
-            "{}",
-            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
-        );
-        return Ok(());
-    }
-    // `bench --only flood`: the 2,000-tenant burst alone on the cluster of
-    // $SENTRY_TENANTS_E2E_KUBECONFIG, printed (BENCHMARKS.md untouched).
-    if args.windows(2).any(|w| w[0] == "--only" && w[1] == "flood") {
-        let section = sentry_tenants_tests::block_on(cluster::flood());
-        println!(
-            "{}",
-            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
-        );
-        return Ok(());
-    }
-    // `bench --only node`: the real control plane section alone on the cluster of
-    // $SENTRY_TENANTS_E2E_KUBECONFIG, printed (BENCHMARKS.md untouched).
-    if args.windows(2).any(|w| w[0] == "--only" && w[1] == "node") {
-        let (section, _) = sentry_tenants_tests::block_on(cluster::measure());
-        println!(
-            "{}",
-            report::Report::new(vec![section], std::time::Duration::ZERO).markdown()
-        );
+    // `bench --only <section> [--scales …]`: that section alone, printed (BENCHMARKS.md untouched).
+    // The cluster sections (runs-in-flight, flood, node) run on the cluster of
+    // $SENTRY_TENANTS_E2E_KUBECONFIG; `scripts/bench.sh` names the static section's two builds.
+    if let Some(i) = args.iter().position(|a| a == "--only") {
+        let sections = only(args.get(i + 1).map_or("", String::as_str), &scales)?;
+        let report = report::Report::new(sections, std::time::Duration::ZERO);
+        println!("{}", report.markdown());
         return Ok(());
     }
     let started = std::time::Instant::now();
