@@ -3,6 +3,7 @@
 
 pub mod attempts;
 mod backoff;
+pub mod concerns;
 pub mod consent;
 pub mod job;
 mod run_index;

@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 
-use crate::crd::RunJob;
+use crate::crd::{RunJob, RunPhase};
 
 #[derive(Clone, Default)]
 pub struct RunIndex(Arc<RwLock<Inner>>);
@@ -24,6 +24,8 @@ struct Inner {
 struct Index {
     by_tenant: HashMap<String, HashSet<ObjectRef<RunJob>>>,
     tenant_of: HashMap<ObjectRef<RunJob>, String>,
+    /// The runs whose latest attempt failed (until their cleanup): the "needs attention" list's.
+    failed: HashSet<ObjectRef<RunJob>>,
 }
 
 impl Index {
@@ -34,10 +36,14 @@ impl Index {
             .entry(run.spec.tenant.clone())
             .or_default()
             .insert(key.clone());
+        if run.phase() == Some(RunPhase::Failed) {
+            self.failed.insert(key.clone());
+        }
         self.tenant_of.insert(key, run.spec.tenant.clone());
     }
 
     fn remove(&mut self, key: &ObjectRef<RunJob>) {
+        self.failed.remove(key);
         let Some(tenant) = self.tenant_of.remove(key) else {
             return;
         };
@@ -69,6 +75,12 @@ impl RunIndex {
                 }
             }
         }
+    }
+
+    /// The keys of the runs that failed and are not cleaned up yet.
+    pub fn failed(&self) -> Vec<ObjectRef<RunJob>> {
+        let inner = self.0.read().unwrap();
+        inner.live.failed.iter().cloned().collect()
     }
 
     /// The keys of `tenant`'s runs (any namespace; the caller resolves and checks them in the cache).
@@ -125,5 +137,28 @@ mod tests {
         assert!(names(&index, "a").is_empty());
         assert_eq!(names(&index, "b"), ["b-provision-2"]);
         assert!(names(&index, "nobody").is_empty());
+    }
+
+    #[test]
+    fn keeps_the_failed_runs_until_they_go() {
+        let index = RunIndex::default();
+        let mut failed = run("a-provision-1", "a");
+        failed.status = Some(crate::crd::RunJobStatus {
+            phase: Some(RunPhase::Failed),
+            ..Default::default()
+        });
+        index.apply(&Event::Apply(run("b-provision-1", "b")));
+        index.apply(&Event::Apply(failed.clone()));
+        let failed_names =
+            |i: &RunIndex| -> Vec<String> { i.failed().into_iter().map(|r| r.name).collect() };
+        assert_eq!(failed_names(&index), ["a-provision-1"]);
+        index.apply(&Event::Apply(run("a-provision-1", "a")));
+        assert!(
+            failed_names(&index).is_empty(),
+            "a retried run that no longer reads Failed"
+        );
+        index.apply(&Event::Apply(failed.clone()));
+        index.apply(&Event::Delete(failed));
+        assert!(failed_names(&index).is_empty());
     }
 }

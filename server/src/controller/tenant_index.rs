@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
+use super::concerns::may_concern;
 use crate::crd::{Tenant, TenantPhase};
 
 #[derive(Clone, Default)]
@@ -29,6 +30,8 @@ type Namespaces = HashMap<String, Index>;
 struct Index {
     by_name: BTreeMap<String, Entry>,
     by_phase: HashMap<TenantPhase, BTreeSet<String>>,
+    /// The tenants that may need attention ([`may_concern`]).
+    concerned: BTreeSet<String>,
 }
 
 /// What the pages' filters read of a tenant.
@@ -73,6 +76,9 @@ fn insert(namespaces: &mut Namespaces, tenant: &Tenant) {
         .entry(phase)
         .or_default()
         .insert(name.clone());
+    if may_concern(tenant) {
+        index.concerned.insert(name.clone());
+    }
     let display_name = tenant.spec.display_name.as_deref().map(str::to_lowercase);
     index.by_name.insert(
         name,
@@ -98,6 +104,7 @@ impl Index {
         let Some(entry) = self.by_name.remove(name) else {
             return;
         };
+        self.concerned.remove(name);
         if let Some(names) = self.by_phase.get_mut(&entry.phase) {
             names.remove(name);
             if names.is_empty() {
@@ -180,6 +187,17 @@ impl TenantIndex {
             Some(index) => index.list(filter, window),
             None => Index::default().list(filter, window),
         }
+    }
+
+    /// The tenants of `namespace` that have a concern now or will have one if nothing changes: the
+    /// only ones the "needs attention" list need look at.
+    pub fn concerned(&self, namespace: &str) -> Vec<String> {
+        let inner = self.0.read().unwrap_or_else(|p| p.into_inner());
+        inner
+            .live
+            .get(namespace)
+            .map(|index| index.concerned.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// How many tenants of `namespace` are in each phase, and in all.
@@ -268,6 +286,29 @@ mod tests {
         assert_eq!(by_phase[&TenantPhase::Suspended], 1);
         assert_eq!(by_phase[&TenantPhase::Pending], 0);
         assert_eq!(index.counts("elsewhere"), (HashMap::new(), 0));
+    }
+
+    #[test]
+    fn keeps_the_tenants_that_may_need_attention_as_their_phase_changes() {
+        let index = TenantIndex::default();
+        index.apply(&Event::Apply(tenant("acme", TenantPhase::Failed, None)));
+        index.apply(&Event::Apply(tenant(
+            "beta",
+            TenantPhase::Provisioning,
+            None,
+        )));
+        index.apply(&Event::Apply(tenant("globex", TenantPhase::Active, None)));
+        assert_eq!(
+            index.concerned("ns"),
+            ["acme"],
+            "Provisioning without a Ready time never gets stuck"
+        );
+        index.apply(&Event::Apply(tenant("acme", TenantPhase::Active, None)));
+        assert!(index.concerned("ns").is_empty());
+        index.apply(&Event::Apply(tenant("globex", TenantPhase::Failed, None)));
+        assert_eq!(index.concerned("ns"), ["globex"]);
+        index.apply(&Event::Delete(tenant("globex", TenantPhase::Failed, None)));
+        assert!(index.concerned("ns").is_empty());
     }
 
     #[test]

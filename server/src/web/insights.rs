@@ -5,16 +5,15 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use kube::ResourceExt;
 use sentry_tenants_app::model::{ActionDurations, Attention, HourBucket};
 
-use crate::crd::{RunAction, RunJob, RunPhase, Tenant, TenantPhase};
+use crate::controller::concerns::concerns;
+use crate::crd::{RunAction, RunJob, RunPhase, Tenant};
 
 /// Hours the runs chart covers.
 pub const HOURS: i64 = 24;
-/// How long a tenant may sit Provisioning or Terminating before it is listed as stuck.
-pub const STUCK_AFTER: SignedDuration = SignedDuration::from_mins(10);
 /// At most this many entries in the attention list (the total is shown beside it).
 pub const ATTENTION_LIMIT: usize = 20;
 
@@ -163,89 +162,20 @@ pub fn attention(
 /// One tenant's entries, each with its urgency (lower first).
 fn tenant_attention(t: &Tenant, now: Timestamp) -> Vec<(u8, Attention)> {
     let name = t.name_any();
-    let condition = |type_: &str| {
-        t.status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-    };
-    let entry = |urgency: u8, what: String, detail: String| {
-        (
-            urgency,
-            Attention {
-                tenant: name.clone(),
+    concerns(t, now)
+        .into_iter()
+        .map(|c| {
+            let href = format!("/tenants/{name}");
+            let (tenant, what, detail) = (name.clone(), c.what, c.detail);
+            let attention = Attention {
+                tenant,
                 what,
                 detail,
-                href: format!("/tenants/{name}"),
-            },
-        )
-    };
-    let mut out = Vec::new();
-    let since = |at: Timestamp| now.duration_since(at);
-    match t.phase() {
-        Some(TenantPhase::Failed) => {
-            let detail = condition("Ready").map(|c| c.message.clone());
-            out.push(entry(
-                0,
-                "Provisioning failed".into(),
-                detail.unwrap_or_default(),
-            ));
-        }
-        Some(TenantPhase::Provisioning) => {
-            let entered = condition("Ready").map(|c| c.last_transition_time.0);
-            if let Some(at) = entered.filter(|at| since(*at) > STUCK_AFTER) {
-                out.push(entry(
-                    1,
-                    format!("Provisioning for {}", minutes(since(at))),
-                    "A Provision run has not finished: see its pod".into(),
-                ));
-            }
-        }
-        Some(TenantPhase::Terminating) => {
-            let reclaimed = condition("Reclaimed");
-            let failed = reclaimed.is_some_and(|c| c.reason == "DeprovisionRetrying");
-            let deleted = t.metadata.deletion_timestamp.as_ref().map(|d| d.0);
-            let stuck = deleted.is_some_and(|at| since(at) > STUCK_AFTER);
-            if failed || stuck {
-                let what = match deleted {
-                    Some(at) => format!("Terminating for {}", minutes(since(at))),
-                    None => "Terminating".into(),
-                };
-                let detail = reclaimed.map(|c| c.message.clone()).unwrap_or_default();
-                out.push(entry(if failed { 0 } else { 1 }, what, detail));
-            }
-        }
-        _ => {}
-    }
-    if let Some(c) = condition("AccessLocked")
-        && matches!(c.reason.as_str(), "LockFailed" | "UnlockFailed")
-    {
-        let what = if c.reason == "LockFailed" {
-            "Logins not locked"
-        } else {
-            "Logins not unlocked"
-        };
-        out.push(entry(0, what.into(), c.message.clone()));
-    }
-    if let Some(c) = condition("LimitsEnforced")
-        && c.reason == "ApplyFailed"
-    {
-        out.push(entry(2, "Limits not applied".into(), c.message.clone()));
-    }
-    // An application that restarts now finds no credentials to read.
-    if let Some(c) = condition("CredentialsSecret")
-        && matches!(c.reason.as_str(), "SecretDeleted" | "RemakeFailed")
-    {
-        out.push(entry(
-            0,
-            "Credentials Secret deleted".into(),
-            c.message.clone(),
-        ));
-    }
-    out
-}
-
-fn minutes(d: SignedDuration) -> String {
-    format!("{} min", d.as_secs() / 60)
+                href,
+            };
+            (c.urgency, attention)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,114 @@
+//! What about a tenant needs a person: provisioning, locking, limits or deletion that gave up or is
+//! stuck, a deleted credentials Secret. The dashboard's "needs attention" list shows these; the tenant
+//! index keeps the tenants that have one now or will have one if nothing changes (a phase that becomes
+//! stuck by lasting), so the list reads those and not the whole fleet.
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::crd::{Tenant, TenantPhase};
+
+/// How long a tenant may sit Provisioning or Terminating before it is listed as stuck.
+pub const STUCK_AFTER: SignedDuration = SignedDuration::from_mins(10);
+
+/// One thing to look at, with its urgency (lower first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concern {
+    pub urgency: u8,
+    pub what: String,
+    pub detail: String,
+}
+
+impl Concern {
+    fn new(urgency: u8, what: String, detail: String) -> Self {
+        Self {
+            urgency,
+            what,
+            detail,
+        }
+    }
+}
+
+/// Whether `t` has a concern now, or will have one if nothing about it changes.
+pub fn may_concern(t: &Tenant) -> bool {
+    !concerns(t, Timestamp::MAX).is_empty()
+}
+
+/// `t`'s concerns at `now`.
+pub fn concerns(t: &Tenant, now: Timestamp) -> Vec<Concern> {
+    let condition = |type_: &str| {
+        t.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+    };
+    let mut out = Vec::new();
+    let since = |at: Timestamp| now.duration_since(at);
+    match t.phase() {
+        Some(TenantPhase::Failed) => {
+            let detail = condition("Ready").map(|c| c.message.clone());
+            out.push(Concern::new(
+                0,
+                "Provisioning failed".into(),
+                detail.unwrap_or_default(),
+            ));
+        }
+        Some(TenantPhase::Provisioning) => {
+            let entered = condition("Ready").map(|c| c.last_transition_time.0);
+            if let Some(at) = entered.filter(|at| since(*at) > STUCK_AFTER) {
+                out.push(Concern::new(
+                    1,
+                    format!("Provisioning for {}", minutes(since(at))),
+                    "A Provision run has not finished: see its pod".into(),
+                ));
+            }
+        }
+        Some(TenantPhase::Terminating) => {
+            let reclaimed = condition("Reclaimed");
+            let failed = reclaimed.is_some_and(|c| c.reason == "DeprovisionRetrying");
+            let deleted = t.metadata.deletion_timestamp.as_ref().map(|d| d.0);
+            let stuck = deleted.is_some_and(|at| since(at) > STUCK_AFTER);
+            if failed || stuck {
+                let what = match deleted {
+                    Some(at) => format!("Terminating for {}", minutes(since(at))),
+                    None => "Terminating".into(),
+                };
+                let detail = reclaimed.map(|c| c.message.clone()).unwrap_or_default();
+                out.push(Concern::new(if failed { 0 } else { 1 }, what, detail));
+            }
+        }
+        _ => {}
+    }
+    if let Some(c) = condition("AccessLocked")
+        && matches!(c.reason.as_str(), "LockFailed" | "UnlockFailed")
+    {
+        let what = if c.reason == "LockFailed" {
+            "Logins not locked"
+        } else {
+            "Logins not unlocked"
+        };
+        out.push(Concern::new(0, what.into(), c.message.clone()));
+    }
+    if let Some(c) = condition("LimitsEnforced")
+        && c.reason == "ApplyFailed"
+    {
+        out.push(Concern::new(
+            2,
+            "Limits not applied".into(),
+            c.message.clone(),
+        ));
+    }
+    // An application that restarts now finds no credentials to read.
+    if let Some(c) = condition("CredentialsSecret")
+        && matches!(c.reason.as_str(), "SecretDeleted" | "RemakeFailed")
+    {
+        out.push(Concern::new(
+            0,
+            "Credentials Secret deleted".into(),
+            c.message.clone(),
+        ));
+    }
+    out
+}
+
+fn minutes(d: SignedDuration) -> String {
+    format!("{} min", d.as_secs() / 60)
+}
