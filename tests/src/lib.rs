@@ -1087,8 +1087,8 @@ impl Cluster {
         let before = self.cached_versions();
         let mut w = self.writers.lock().unwrap();
         let stores = &self.ctx.stores;
-        refill_indexed(&mut w.tenants, |e| stores.tenant_index.apply(e), tenants);
-        refill_indexed(&mut w.runjobs, |e| stores.run_index.apply(e), runs);
+        refill_indexed(&mut w.tenants, |e| stores.index_tenant_event(e), tenants);
+        refill_indexed(&mut w.runjobs, |e| stores.index_run_event(e), runs);
         refill(&mut w.jobs, jobs);
         self.mark_synced();
         drop(w);
@@ -1153,8 +1153,8 @@ impl Cluster {
         let mut w = self.writers.lock().unwrap();
         refill(&mut w.markers, Vec::new());
         let stores = &self.ctx.stores;
-        refill_indexed(&mut w.tenants, |e| stores.tenant_index.apply(e), Vec::new());
-        refill_indexed(&mut w.runjobs, |e| stores.run_index.apply(e), Vec::new());
+        refill_indexed(&mut w.tenants, |e| stores.index_tenant_event(e), Vec::new());
+        refill_indexed(&mut w.runjobs, |e| stores.index_run_event(e), Vec::new());
         refill(&mut w.jobs, Vec::new());
         self.mark_synced();
     }

@@ -5,6 +5,7 @@ pub mod attempts;
 mod backoff;
 pub mod concerns;
 pub mod consent;
+pub mod finished_runs;
 pub mod job;
 mod run_index;
 pub mod runjob;
@@ -14,6 +15,7 @@ mod tenant_index;
 mod wiring;
 
 pub use backoff::ErrorBackoff;
+pub use finished_runs::FinishedRuns;
 pub use run_index::RunIndex;
 pub use tenant_index::{Filter as TenantFilter, Listing as TenantListing, TenantIndex};
 pub use wiring::{

@@ -26,6 +26,8 @@ struct Index {
     tenant_of: HashMap<ObjectRef<RunJob>, String>,
     /// The runs whose latest attempt failed (until their cleanup): the "needs attention" list's.
     failed: HashSet<ObjectRef<RunJob>>,
+    /// The runs not finished yet.
+    in_flight: HashSet<ObjectRef<RunJob>>,
 }
 
 impl Index {
@@ -39,11 +41,15 @@ impl Index {
         if run.phase() == Some(RunPhase::Failed) {
             self.failed.insert(key.clone());
         }
+        if run.is_in_flight() {
+            self.in_flight.insert(key.clone());
+        }
         self.tenant_of.insert(key, run.spec.tenant.clone());
     }
 
     fn remove(&mut self, key: &ObjectRef<RunJob>) {
         self.failed.remove(key);
+        self.in_flight.remove(key);
         let Some(tenant) = self.tenant_of.remove(key) else {
             return;
         };
@@ -81,6 +87,13 @@ impl RunIndex {
     pub fn failed(&self) -> Vec<ObjectRef<RunJob>> {
         let inner = self.0.read().unwrap();
         inner.live.failed.iter().cloned().collect()
+    }
+
+    /// How many runs of `namespace` are not finished yet.
+    pub fn in_flight(&self, namespace: &str) -> usize {
+        let inner = self.0.read().unwrap();
+        let of_namespace = |key: &&ObjectRef<RunJob>| key.namespace.as_deref() == Some(namespace);
+        inner.live.in_flight.iter().filter(of_namespace).count()
     }
 
     /// The keys of `tenant`'s runs (any namespace; the caller resolves and checks them in the cache).
@@ -140,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn keeps_the_failed_runs_until_they_go() {
+    fn keeps_the_failed_and_the_unfinished_runs_until_they_go() {
         let index = RunIndex::default();
         let mut failed = run("a-provision-1", "a");
         failed.status = Some(crate::crd::RunJobStatus {
@@ -158,6 +171,7 @@ mod tests {
             "a retried run that no longer reads Failed"
         );
         index.apply(&Event::Apply(failed.clone()));
+        assert_eq!(index.in_flight("ns"), 1, "a failed run has finished");
         index.apply(&Event::Delete(failed));
         assert!(failed_names(&index).is_empty());
     }

@@ -12,7 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::{Context, RunIndex, TenantIndex, error_policy, runjob, tenant};
+use super::{Context, FinishedRuns, RunIndex, TenantIndex, error_policy, runjob, tenant};
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
@@ -32,6 +32,8 @@ pub struct Stores {
     pub run_index: RunIndex,
     /// Tenants in the dashboard's orders, fed from the Tenant watch alongside its cache.
     pub tenant_index: TenantIndex,
+    /// The overview's counts of finished runs, fed from both watches.
+    pub finished_runs: FinishedRuns,
     pub changes: Changes,
     pub synced: Synced,
 }
@@ -122,6 +124,7 @@ impl Stores {
                 markers: mw.as_reader(),
                 run_index: RunIndex::default(),
                 tenant_index: TenantIndex::default(),
+                finished_runs: FinishedRuns::default(),
                 changes: Changes::new(),
                 synced: Synced::new(),
             },
@@ -132,6 +135,18 @@ impl Stores {
                 markers: mw,
             },
         )
+    }
+
+    /// Follows a Tenant watch event in the indexes kept beside the cache.
+    pub fn index_tenant_event(&self, event: &watcher::Event<Tenant>) {
+        self.tenant_index.apply(event);
+        self.finished_runs.tenant_event(event);
+    }
+
+    /// Follows a RunJob watch event in the indexes kept beside the cache.
+    pub fn index_run_event(&self, event: &watcher::Event<RunJob>) {
+        self.run_index.apply(event);
+        self.finished_runs.run_event(event);
     }
 
     /// `tenant`'s runs in `namespace`, from the cache, found through the run index (not a scan).
@@ -264,10 +279,10 @@ pub fn watch_caches(
     .inspect({
         // After the cache, so a name the index lists is found in it (but for a moment after a
         // deletion, when the page leaves the name out).
-        let index = stores.tenant_index.clone();
+        let stores = stores.clone();
         move |event| {
             if let Ok(event) = event {
-                index.apply(event);
+                stores.index_tenant_event(event);
             }
         }
     })
@@ -280,10 +295,10 @@ pub fn watch_caches(
     .default_backoff()
     .modify(drop_managed_fields)
     .inspect({
-        let index = stores.run_index.clone();
+        let stores = stores.clone();
         move |event| {
             if let Ok(event) = event {
-                index.apply(event);
+                stores.index_run_event(event);
             }
         }
     })

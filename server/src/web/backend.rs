@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -244,28 +244,12 @@ impl Backend for ClusterBackend {
                         .unwrap_or(0),
                 })
                 .collect();
-            let tenants = self.stores.tenants.state_filter(|t| self.in_namespace(t));
-            let runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
             let now = self.clock.now();
-            let finished = insights::finished_runs(&tenants, &runs);
             let (attention, attention_total) =
                 insights::attention(&self.concerned_tenants(), &self.failed_runs(), now);
-            let since = now - SignedDuration::from_hours(24);
-            let recent = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0 >= since;
-            let live_finished = runs
-                .iter()
-                .filter(|r| {
-                    r.status
-                        .as_ref()
-                        .and_then(|s| s.completion_time.as_ref())
-                        .is_some_and(recent)
-                })
-                .count();
-            let cleaned = tenants
-                .iter()
-                .flat_map(|t| t.history().iter())
-                .filter(|h| recent(&h.finished_at))
-                .count();
+            let finished = &self.stores.finished_runs;
+            let first = insights::first_hour(now);
+            let per_hour = finished.per_hour(&self.namespace, first, insights::HOURS);
             let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
             let leader = leases
                 .get_opt(LEASE_NAME)
@@ -277,13 +261,13 @@ impl Backend for ClusterBackend {
             Overview {
                 tenants_total,
                 tenants_by_phase,
-                runs_in_flight: runs.iter().filter(|r| r.is_in_flight()).count(),
-                finished_last_24h: live_finished + cleaned,
-                cleaned_up_last_24h: cleaned,
+                runs_in_flight: self.stores.run_index.in_flight(&self.namespace),
+                finished_last_24h: per_hour.iter().map(|[ok, failed]| ok + failed).sum(),
+                cleaned_up_last_24h: finished.recorded(&self.namespace, first, insights::HOURS),
                 leader,
                 version: env!("CARGO_PKG_VERSION").to_owned(),
-                runs_per_hour: insights::runs_per_hour(&finished, now),
-                durations: insights::durations(&finished),
+                runs_per_hour: insights::runs_per_hour(&per_hour, first),
+                durations: insights::durations(&finished.durations(&self.namespace)),
                 attention,
                 attention_total,
             }

@@ -1,8 +1,8 @@
-//! What the overview's charts and its "needs attention" list show, computed from the caches: the
-//! tenants (their histories keep finished runs after cleanup) and the live RunJobs. Pure functions of
-//! those and the time, so tests pin their answers and the bench measures them at 10,000 tenants.
+//! What the overview's charts and its "needs attention" list show: the charts from the finished-run
+//! counts kept beside the caches (`controller::finished_runs`), the list from the tenants and runs
+//! the indexes say may need attention. Pure functions of those and the time, so tests pin their
+//! answers and the bench measures them at scale.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -10,115 +10,60 @@ use kube::ResourceExt;
 use sentry_tenants_app::model::{ActionDurations, Attention, HourBucket};
 
 use crate::controller::concerns::concerns;
-use crate::crd::{RunAction, RunJob, RunPhase, Tenant};
+use crate::controller::finished_runs::{Durations, hour_of};
+use crate::crd::{RunJob, RunPhase, Tenant};
 
 /// Hours the runs chart covers.
 pub const HOURS: i64 = 24;
 /// At most this many entries in the attention list (the total is shown beside it).
 pub const ATTENTION_LIMIT: usize = 20;
 
-/// A finished run, from a live RunJob or a tenant's history (each counted once, by uid).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finished {
-    pub action: RunAction,
-    pub phase: RunPhase,
-    pub started: Option<Timestamp>,
-    pub finished: Timestamp,
+/// The first second of the first of the chart's [`HOURS`] whole hours (the current hour is the last).
+pub fn first_hour(now: Timestamp) -> i64 {
+    hour_of(now) - (HOURS - 1) * 3600
 }
 
-pub fn finished_runs(tenants: &[Arc<Tenant>], runs: &[Arc<RunJob>]) -> Vec<Finished> {
-    let mut out = Vec::new();
-    // Live runs first; a history record of one of them (recorded just before its cleanup) is skipped.
-    let mut live = HashSet::new();
-    for r in runs {
-        let Some(status) = &r.status else { continue };
-        let (Some(phase), Some(done)) = (status.phase, &status.completion_time) else {
-            continue;
-        };
-        if phase.is_finished() {
-            live.insert(r.metadata.uid.as_deref().unwrap_or_default());
-            out.push(Finished {
-                action: r.spec.action,
-                phase,
-                started: status.start_time.as_ref().map(|t| t.0),
-                finished: done.0,
-            });
-        }
-    }
-    for h in tenants.iter().flat_map(|t| t.history()) {
-        if !live.contains(h.uid.as_str()) {
-            out.push(Finished {
-                action: h.action,
-                phase: h.phase,
-                started: h.started_at.as_ref().map(|t| t.0),
-                finished: h.finished_at.0,
-            });
-        }
-    }
-    out
-}
-
-/// Runs finished in each of the last [`HOURS`] whole hours (the last one is the current hour, so
-/// far), by outcome, oldest first.
-pub fn runs_per_hour(finished: &[Finished], now: Timestamp) -> Vec<HourBucket> {
-    let this_hour = now.as_second().div_euclid(3600) * 3600;
-    let first = this_hour - (HOURS - 1) * 3600;
-    let mut buckets: Vec<HourBucket> = (0..HOURS)
-        .map(|i| HourBucket {
+/// The runs chart: how many runs finished in each hour from `first`, by outcome, oldest first.
+pub fn runs_per_hour(counts: &[[usize; 2]], first: i64) -> Vec<HourBucket> {
+    (0i64..)
+        .zip(counts)
+        .map(|(i, [succeeded, failed])| HourBucket {
             start: Timestamp::from_second(first + i * 3600)
                 .expect("an hour in range")
                 .to_string(),
-            succeeded: 0,
-            failed: 0,
-        })
-        .collect();
-    for f in finished {
-        let offset = f.finished.as_second() - first;
-        if !(0..HOURS * 3600).contains(&offset) {
-            continue;
-        }
-        let bucket = &mut buckets[(offset / 3600) as usize];
-        match f.phase {
-            RunPhase::Failed => bucket.failed += 1,
-            _ => bucket.succeeded += 1,
-        }
-    }
-    buckets
-}
-
-/// Median and 95th percentile (nearest rank) of how long each action's runs took, for the actions
-/// that have any, in [`RunAction::ALL`] order.
-pub fn durations(finished: &[Finished]) -> Vec<ActionDurations> {
-    let mut by_action: Vec<Vec<i64>> = vec![Vec::new(); RunAction::ALL.len()];
-    for f in finished {
-        let (Some(started), Some(i)) = (
-            f.started,
-            RunAction::ALL.iter().position(|a| *a == f.action),
-        ) else {
-            continue;
-        };
-        by_action[i].push(f.finished.duration_since(started).as_secs().max(0));
-    }
-    RunAction::ALL
-        .iter()
-        .zip(by_action)
-        .filter(|(_, seconds)| !seconds.is_empty())
-        .map(|(action, mut seconds)| {
-            seconds.sort_unstable();
-            ActionDurations {
-                action: action.as_str().to_owned(),
-                runs: seconds.len(),
-                median_seconds: nearest_rank(&seconds, 50),
-                p95_seconds: nearest_rank(&seconds, 95),
-            }
+            succeeded: *succeeded,
+            failed: *failed,
         })
         .collect()
 }
 
-/// The `p`th percentile of sorted, non-empty `values` by the nearest-rank method.
-pub fn nearest_rank(sorted: &[i64], p: usize) -> i64 {
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted[rank - 1]
+/// Median and 95th percentile (nearest rank) of how long each action's runs took, from how many
+/// runs took each number of seconds, for the actions that have any.
+pub fn durations(taken: &Durations) -> Vec<ActionDurations> {
+    taken
+        .iter()
+        .map(|(action, histogram)| ActionDurations {
+            action: action.as_str().to_owned(),
+            runs: histogram.iter().map(|(_, n)| n).sum(),
+            median_seconds: nearest_rank(histogram, 50),
+            p95_seconds: nearest_rank(histogram, 95),
+        })
+        .collect()
+}
+
+/// The `p`th percentile, by the nearest-rank method, of the values a non-empty histogram counts
+/// (value, how many), in ascending order of value.
+pub fn nearest_rank(histogram: &[(i64, usize)], p: usize) -> i64 {
+    let all: usize = histogram.iter().map(|(_, n)| n).sum();
+    let rank = (p * all).div_ceil(100).max(1);
+    let mut seen = 0;
+    for (value, n) in histogram {
+        seen += n;
+        if seen >= rank {
+            return *value;
+        }
+    }
+    histogram.last().map_or(0, |(v, _)| *v)
 }
 
 /// What someone should look at, most urgent first: tenants whose provisioning, locking, limits or
@@ -181,6 +126,10 @@ fn tenant_attention(t: &Tenant, now: Timestamp) -> Vec<(u8, Attention)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::FinishedRuns;
+    use crate::controller::finished_runs::Finished;
+    use crate::crd::{RunAction, RunRecord};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -303,15 +252,48 @@ mod tests {
 
     #[test]
     fn percentiles_are_nearest_rank() {
-        let ten: Vec<i64> = (1..=10).collect();
+        let once = |values: std::ops::RangeInclusive<i64>| -> Vec<(i64, usize)> {
+            values.map(|v| (v, 1)).collect()
+        };
+        let ten = once(1..=10);
         assert_eq!(nearest_rank(&ten, 50), 5);
         assert_eq!(nearest_rank(&ten, 95), 10);
-        assert_eq!(nearest_rank(&[7], 95), 7);
-        let hundred: Vec<i64> = (1..=100).collect();
+        assert_eq!(nearest_rank(&[(7, 1)], 95), 7);
+        let hundred = once(1..=100);
         assert_eq!(
             (nearest_rank(&hundred, 50), nearest_rank(&hundred, 95)),
             (50, 95)
         );
+        // 5, 5, 5, 9: the second and the fourth.
+        let repeated = [(5, 3), (9, 1)];
+        assert_eq!(
+            (nearest_rank(&repeated, 50), nearest_rank(&repeated, 95)),
+            (5, 9)
+        );
+    }
+
+    /// The finished-run counts of a tenant whose history holds `runs`.
+    fn counted(runs: &[Finished]) -> FinishedRuns {
+        let history: Vec<RunRecord> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, f)| RunRecord {
+                name: format!("acme-suspend-{i}"),
+                uid: format!("uid-{i}"),
+                action: f.action,
+                phase: f.phase,
+                message: String::new(),
+                started_at: f.started.map(Time),
+                finished_at: Time(f.finished),
+                log_tail: None,
+                generation: None,
+            })
+            .collect();
+        let status = serde_json::json!({ "history": history });
+        let counts = FinishedRuns::default();
+        let acme = tenant("acme", status, None);
+        counts.tenant_event(&kube::runtime::watcher::Event::Apply((*acme).clone()));
+        counts
     }
 
     #[test]
@@ -343,7 +325,8 @@ mod tests {
                 "2026-12-01T10:59:59Z",
             ),
         ];
-        let hours = runs_per_hour(&finished, now);
+        let first = first_hour(now);
+        let hours = runs_per_hour(&counted(&finished).per_hour("ns", first, HOURS), first);
         assert_eq!(hours.len(), 24);
         assert_eq!(hours[0].start, "2026-12-01T11:00:00Z");
         assert_eq!(hours[23].start, "2026-12-02T10:00:00Z");
@@ -382,7 +365,7 @@ mod tests {
                 "2026-12-02T10:00:00Z",
             )
         });
-        let d = durations(&finished);
+        let d = durations(&counted(&finished).durations("ns"));
         assert_eq!(d.len(), 2, "Rotate had no start time: no duration");
         assert_eq!(
             (
