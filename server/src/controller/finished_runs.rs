@@ -78,20 +78,24 @@ struct Totals {
     /// Each run counted, as it was first counted, and how many objects show it (a history record
     /// and its live run).
     counted: HashMap<String, (Finished, u8)>,
-    /// By the hour of their finish: succeeded, failed.
-    by_hour: BTreeMap<i64, [usize; 2]>,
+    /// By the hour of their finish and whether they failed.
+    by_hour: BTreeMap<(i64, bool), usize>,
     /// History records alone, by the hour of their finish: runs recorded before their cleanup.
     recorded_by_hour: BTreeMap<i64, usize>,
     /// Per action: how many runs took each number of seconds.
     seconds: HashMap<RunAction, BTreeMap<i64, usize>>,
 }
 
-fn bump<K: Ord>(map: &mut BTreeMap<K, usize>, key: K, up: bool) {
-    let count = map.entry(key).or_default();
+/// One more or one fewer at `key`; a count that reaches zero goes, so hours long past leave no trace.
+fn bump<K: Ord + Clone>(map: &mut BTreeMap<K, usize>, key: K, up: bool) {
+    let count = map.entry(key.clone()).or_default();
     if up {
         *count += 1;
     } else {
         *count = count.saturating_sub(1);
+    }
+    if *count == 0 {
+        map.remove(&key);
     }
 }
 
@@ -126,13 +130,8 @@ impl Totals {
     }
 
     fn count(&mut self, run: &Finished, up: bool) {
-        let hour = self.by_hour.entry(hour_of(run.finished)).or_default();
-        let outcome = usize::from(run.phase == RunPhase::Failed);
-        hour[outcome] = if up {
-            hour[outcome] + 1
-        } else {
-            hour[outcome].saturating_sub(1)
-        };
+        let failed = run.phase == RunPhase::Failed;
+        bump(&mut self.by_hour, (hour_of(run.finished), failed), up);
         if let Some(seconds) = run.seconds() {
             bump(self.seconds.entry(run.action).or_default(), seconds, up);
         }
@@ -242,13 +241,14 @@ impl FinishedRuns {
     pub fn per_hour(&self, namespace: &str, first: i64, hours: i64) -> Vec<[usize; 2]> {
         let inner = self.lock();
         let totals = inner.namespaces.get(namespace);
+        let count = |hour: i64, failed: bool| {
+            totals
+                .and_then(|t| t.by_hour.get(&(hour, failed)).copied())
+                .unwrap_or(0)
+        };
         (0..hours)
-            .map(|i| {
-                let hour = first + i * 3600;
-                totals
-                    .and_then(|t| t.by_hour.get(&hour).copied())
-                    .unwrap_or_default()
-            })
+            .map(|i| first + i * 3600)
+            .map(|hour| [count(hour, false), count(hour, true)])
             .collect()
     }
 
@@ -276,11 +276,7 @@ impl FinishedRuns {
             .iter()
             .filter_map(|action| {
                 let seconds = totals.seconds.get(action)?;
-                let taken: Vec<(i64, usize)> = seconds
-                    .iter()
-                    .filter(|(_, n)| **n > 0)
-                    .map(|(s, n)| (*s, *n))
-                    .collect();
+                let taken: Vec<(i64, usize)> = seconds.iter().map(|(s, n)| (*s, *n)).collect();
                 (!taken.is_empty()).then_some((*action, taken))
             })
             .collect()
