@@ -282,9 +282,14 @@ fn run(c: &Cluster, client: Client, who: &str) -> Running {
 }
 
 impl Running {
-    /// Waits for the next change of the leadership flag: its value and when it came.
+    /// Waits for the next change of the leadership flag: its value and when it came. On the paused
+    /// clock a minute passes at once when nothing else is due, so a change that never comes fails here
+    /// at once instead of hanging the test.
     async fn next_change(&mut self) -> (bool, Duration) {
-        self.leading.changed().await.expect("run is alive");
+        tokio::time::timeout(Duration::from_secs(60), self.leading.changed())
+            .await
+            .expect("a change within a minute of the paused clock")
+            .expect("run is alive");
         (*self.leading.borrow_and_update(), self.started.elapsed())
     }
 
