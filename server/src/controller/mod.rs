@@ -9,6 +9,7 @@ pub mod finished_runs;
 pub mod job;
 mod run_index;
 pub mod runjob;
+mod sent_status;
 pub mod slots;
 pub mod tenant;
 mod tenant_index;
@@ -85,6 +86,8 @@ pub struct Context {
     pub slots: Arc<slots::RunSlots>,
     /// Which namespaces consent to copies of credentials (rule 9).
     pub consents: Arc<consent::ConsentChecks>,
+    /// The runs' statuses as last sent, so a lagging cache does not make us send one twice.
+    pub sent_status: Arc<sent_status::SentStatus>,
 }
 
 impl Context {
@@ -116,6 +119,7 @@ impl Context {
             leader,
             recorder,
             backoff: Arc::default(),
+            sent_status: Arc::default(),
         }
     }
 

@@ -81,7 +81,13 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
     };
     let desired = with_pod_outcome(&run, desired, &ctx).await;
     let name = name_of(run.as_ref())?;
-    if patch_status_if_changed(&ctx.runjobs(), &name, run.status.as_ref(), &desired).await? {
+    let (uid, version) = (run.uid().unwrap_or_default(), run.resource_version());
+    let version = version.unwrap_or_default();
+    let sent = ctx.sent_status.already_sent(&uid, &version, &desired);
+    if !sent
+        && patch_status_if_changed(&ctx.runjobs(), &name, run.status.as_ref(), &desired).await?
+    {
+        ctx.sent_status.record(&uid, &version, &desired);
         announce_transition(&run, tenant.as_deref(), &desired, &ctx).await;
         if desired.phase.is_some_and(RunPhase::is_finished) {
             // Its slot is free: the oldest queued run takes it.
@@ -125,6 +131,7 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
     }
     let remaining = super::without(run.finalizers(), RUNJOB_FINALIZER);
     replace_finalizers(&ctx.runjobs(), run, remaining).await?;
+    ctx.sent_status.forget(&run.uid().unwrap_or_default());
     if !run.is_finished() {
         // A run deleted before it finished gives its slot back.
         wake_queued(ctx);

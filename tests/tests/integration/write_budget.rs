@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use jiff::SignedDuration;
+use sentry_tenants::controller::runjob;
 use sentry_tenants::crd::{RunAction, TenantPhase};
 use sentry_tenants_tests::{Cluster, PROVISION_RUN_WRITES};
 
@@ -88,4 +89,37 @@ async fn a_run_from_creation_to_cleanup_costs_ten_named_writes() {
         events <= 5,
         "JobCreated, RunSucceeded ×2, RunCleanedUp (+ at most one more): {events}"
     );
+}
+
+/// The watch can lag the reconciler's own write: a reconcile of the run as it was before its status
+/// was patched computes the same status again and must not send it a second time (the real control
+/// plane's write budget test saw two identical Running patches).
+#[tokio::test]
+async fn a_reconcile_from_a_copy_older_than_its_own_status_write_sends_nothing_again() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Provision, RUN).await;
+    c.settle().await;
+    c.job_running(RUN).await;
+    c.sync_stores().await;
+    let before_the_write = std::sync::Arc::new(c.runjobs().get(RUN).await.unwrap());
+    let status_writes = |c: &Cluster| {
+        c.log
+            .count(|r| r.kind() == "patch runjobs/status" && r.path.contains(RUN))
+    };
+    let ctx = std::sync::Arc::clone(&c.ctx);
+    c.log.clear();
+    runjob::reconcile(
+        std::sync::Arc::clone(&before_the_write),
+        std::sync::Arc::clone(&ctx),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_writes(&c), 1, "Running written");
+    runjob::reconcile(before_the_write, ctx).await.unwrap();
+    assert_eq!(status_writes(&c), 1, "not again from the same old copy");
+    // Once the cache has the write, the next change is sent as usual.
+    c.job_succeeded(RUN).await;
+    c.settle().await;
+    assert_eq!(status_writes(&c), 2, "Succeeded written");
 }
