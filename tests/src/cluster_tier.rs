@@ -85,6 +85,7 @@ impl Drop for Setup {
                 "cluster tier: namespace {} kept as it was for inspection",
                 self.ns
             );
+            self.print_what_the_namespace_holds();
             return;
         }
         let (ok, _, err) = self.plane.kubectl(
@@ -103,6 +104,33 @@ impl Drop for Setup {
 }
 
 impl Setup {
+    /// What a failed test's namespace holds, on stderr: a CI log is all there is to read after the
+    /// machine is gone. The objects, the events in order, and the last lines of every operator and
+    /// provisioner pod (and of the ones before a restart).
+    fn print_what_the_namespace_holds(&self) {
+        let ns = self.ns.as_str();
+        let selector = "app.kubernetes.io/component in (operator,provisioner)";
+        let asks: [&[&str]; 4] = [
+            &["get", "tenants,runjobs,jobs,pods", "-o", "wide", "-n", ns],
+            &["get", "events", "--sort-by=.lastTimestamp", "-n", ns],
+            &["logs", "-l", selector, "--prefix", "--tail=40", "-n", ns],
+            &[
+                "logs",
+                "-l",
+                selector,
+                "--prefix",
+                "--tail=40",
+                "--previous",
+                "-n",
+                ns,
+            ],
+        ];
+        for args in asks {
+            let (_, out, err) = self.plane.kubectl(args, None);
+            eprintln!("cluster tier: kubectl {}\n{out}{err}", args.join(" "));
+        }
+    }
+
     /// A second namespace of the test's own, in the same turn (a second install, say).
     pub async fn another_namespace(&self, prefix: &str) -> Setup {
         setup_in_turn(prefix, Turn::Within).await

@@ -94,6 +94,10 @@ pub enum ProvisionError {
     CopiesUndelivered { detail: String },
     #[error("Kubernetes API: cannot {action}: {detail}")]
     Kubernetes { action: String, detail: String },
+    #[error(
+        "the Kubernetes API was unavailable: cannot {action}: {detail} (a run waits out a few minutes of this; check kube-apiserver)"
+    )]
+    ApiUnavailable { action: String, detail: String },
     #[error("cannot generate a password: the system's random source failed")]
     Random,
 }
@@ -125,8 +129,14 @@ impl ProvisionError {
     }
 
     /// Maps a Kubernetes API failure, naming what we were doing and, for 403s, the missing permission.
+    /// An apiserver that could not be reached or could not answer (restarting, overloaded) is
+    /// [`Self::ApiUnavailable`]: worth the same run again once it is back.
     pub fn kube(action: impl Into<String>, error: kube::Error) -> Self {
         let action = action.into();
+        if api_unavailable(&error) {
+            let detail = error.to_string();
+            return Self::ApiUnavailable { action, detail };
+        }
         let detail = match &error {
             kube::Error::Api(s) if s.code == 403 => {
                 format!(
@@ -138,6 +148,21 @@ impl ProvisionError {
             other => other.to_string(),
         };
         Self::Kubernetes { action, detail }
+    }
+
+    /// Whether the run failed only because the Kubernetes API was unavailable.
+    pub fn is_api_unavailable(&self) -> bool {
+        matches!(self, Self::ApiUnavailable { .. })
+    }
+}
+
+/// No connection, a connection broken mid-answer, or an answer that says "not now": 429 (priority and
+/// fairness), 500, 502, 503, 504. Anything else the apiserver said (403, 404, 409, 422) is an answer.
+fn api_unavailable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::Api(status) => matches!(status.code, 429 | 500 | 502 | 503 | 504),
+        _ => false,
     }
 }
 
@@ -180,6 +205,45 @@ mod tests {
             c(server(400, Some(62))),
             ProvisionError::ClickHouse { .. }
         ));
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure("m", "r").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn an_unreachable_or_unready_apiserver_is_told_apart_from_its_answers() {
+        let k = |e| ProvisionError::kube("get tenant acme", e);
+        let refused = kube::Error::Service(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        for unavailable in [
+            refused,
+            api_error(429),
+            api_error(500),
+            api_error(502),
+            api_error(503),
+            api_error(504),
+        ] {
+            let e = k(unavailable);
+            assert!(e.is_api_unavailable(), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("the Kubernetes API was unavailable: cannot get tenant acme: ")
+            );
+        }
+        for answer in [400, 401, 403, 404, 409, 422] {
+            let e = k(api_error(answer));
+            assert!(!e.is_api_unavailable(), "{answer}: {e}");
+            assert!(matches!(e, ProvisionError::Kubernetes { .. }));
+        }
+        assert!(
+            k(api_error(403))
+                .to_string()
+                .contains("lacks the permission to get tenant acme")
+        );
     }
 
     #[test]

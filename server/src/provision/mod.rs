@@ -9,6 +9,7 @@
 pub mod clickhouse;
 pub mod copies;
 pub mod error;
+pub mod outage;
 pub mod ownership;
 pub mod rotation;
 pub mod secret_marker;
@@ -1190,14 +1191,22 @@ async fn run(args: &ProvisionArgs) -> Result<Outcome, ProvisionError> {
     let provisioner = Provisioner {
         clickhouse,
         clickhouse_url: args.shared.clickhouse_url.clone(),
-        sync: TenantSync::new(client, &args.shared.namespace, &args.shared.tantivy_root)
-            .for_run(args.run_id.clone()),
+        sync: TenantSync::new(
+            client.clone(),
+            &args.shared.namespace,
+            &args.shared.tantivy_root,
+        )
+        .for_run(args.run_id.clone()),
         rotate: args.rotate,
         cluster: args.clickhouse_cluster.clone(),
         prefix: args.prefix(),
         clock: crate::clock::Clock::System,
     };
-    let outcome = provisioner.run(&name, args.action).await?;
+    let outcome = outage::outlasting_api_outages(
+        async || outage::apiserver_ready(&client).await,
+        async || provisioner.run(&name, args.action).await,
+    )
+    .await?;
     provisioner.sync.announce(&name, &outcome).await;
     Ok(outcome)
 }

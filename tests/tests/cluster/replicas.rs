@@ -153,7 +153,8 @@ async fn an_operator_restarted_while_a_run_is_in_flight_finishes_it_with_one_job
 
 /// kube-apiserver stopped and started again while a run is in flight: every watch (the operator's,
 /// the controller-manager's, the kubelet's) breaks and must come back by itself. The run finishes with
-/// one Job, and a change made after the restart is acted on, so the operator's watches recovered.
+/// one Job whose one pod waited the outage out (no pod retry, no retry's delay), and a change made
+/// after the restart is acted on, so the operator's watches recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recover() {
     let s = setup_alone("apiserver-restart").await;
@@ -181,6 +182,19 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
     );
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
     in_flight_at(&s, "acme-provision-1", restarted_at);
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns);
+    let ran: Vec<String> = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=acme-provision-1"))
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(
+        ran.len(),
+        1,
+        "one provisioner pod across the outage: {ran:?}"
+    );
     s.set_suspended("acme", true);
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_until(

@@ -2,6 +2,7 @@
 //! their dependencies instead of one per file. Each module is one area; see the README's verification
 //! section for what each proves.
 
+mod api_outage;
 mod auto_provision;
 mod clickhouse_live;
 mod clickhouse_parser;
