@@ -358,6 +358,17 @@ impl TenantPhase {
     }
 }
 
+impl std::str::FromStr for TenantPhase {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("unknown tenant phase {s:?}"))
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct SecretRef {
     pub name: String,
@@ -451,6 +462,21 @@ impl Tenant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_phase_is_read_back_from_the_name_it_is_written_as_and_nothing_else() {
+        assert_eq!("Active".parse(), Ok(TenantPhase::Active));
+        assert_eq!("Terminating".parse(), Ok(TenantPhase::Terminating));
+        for phase in TenantPhase::ALL {
+            assert_eq!(phase.as_str().parse(), Ok(phase));
+        }
+        assert!(
+            "active".parse::<TenantPhase>().is_err(),
+            "exact, as the API spells it"
+        );
+        assert!("Deleted".parse::<TenantPhase>().is_err());
+        assert!("".parse::<TenantPhase>().is_err());
+    }
 
     #[test]
     fn a_limits_merge_patch_names_every_key_and_removes_the_field_when_empty() {

@@ -237,9 +237,9 @@ impl Backend for ClusterBackend {
                 .iter()
                 .map(|p| PhaseCount {
                     phase: (*p).to_owned(),
-                    count: TenantPhase::ALL
-                        .into_iter()
-                        .find(|phase| phase.as_str() == *p)
+                    count: p
+                        .parse::<TenantPhase>()
+                        .ok()
                         .and_then(|phase| counts.get(&phase).copied())
                         .unwrap_or(0),
                 })
@@ -278,7 +278,7 @@ impl Backend for ClusterBackend {
         let phase = query
             .phase
             .as_deref()
-            .map(|asked| TenantPhase::ALL.into_iter().find(|p| p.as_str() == asked));
+            .map(|asked| asked.parse::<TenantPhase>().ok());
         let filter = TenantFilter {
             phase: phase.flatten(),
             text: query.text.as_deref(),
