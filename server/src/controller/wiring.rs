@@ -111,6 +111,27 @@ pub struct StoreWriters {
 }
 
 impl Stores {
+    /// The tenants of `namespace` that may need attention, from the cache through the tenant index
+    /// (not a scan).
+    pub fn concerned_tenants(&self, namespace: &str) -> Vec<Arc<Tenant>> {
+        let cached = |name: &String| {
+            let key = ObjectRef::new(name).within(namespace);
+            self.tenants.get(&key)
+        };
+        let concerned = self.tenant_index.concerned(namespace);
+        concerned.iter().filter_map(cached).collect()
+    }
+
+    /// The failed runs of `namespace` not cleaned up yet, from the cache through the run index (not
+    /// a scan).
+    pub fn failed_runs(&self, namespace: &str) -> Vec<Arc<RunJob>> {
+        let cached = self.run_index.failed().into_iter();
+        let cached = cached.filter_map(|key| self.runjobs.get(&key));
+        cached
+            .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+            .collect()
+    }
+
     pub fn shared() -> (Stores, StoreWriters) {
         let (tenants, tw) = reflector::store_shared(SHARED_BUFFER);
         let (runjobs, rw) = reflector::store_shared(SHARED_BUFFER);

@@ -245,8 +245,9 @@ impl Backend for ClusterBackend {
                 })
                 .collect();
             let now = self.clock.now();
-            let (attention, attention_total) =
-                insights::attention(&self.concerned_tenants(), &self.failed_runs(), now);
+            let concerned = self.stores.concerned_tenants(&self.namespace);
+            let failed = self.stores.failed_runs(&self.namespace);
+            let (attention, attention_total) = insights::attention(&concerned, &failed, now);
             let finished = &self.stores.finished_runs;
             let first = insights::first_hour(now);
             let per_hour = finished.per_hour(&self.namespace, first, insights::HOURS);
@@ -389,27 +390,6 @@ impl Backend for ClusterBackend {
 }
 
 impl ClusterBackend {
-    /// The tenants that may need attention, from the cache through the tenant index (not a scan).
-    fn concerned_tenants(&self) -> Vec<Arc<Tenant>> {
-        let index = &self.stores.tenant_index;
-        let cached = |name: &String| {
-            let key = ObjectRef::new(name).within(&self.namespace);
-            self.stores.tenants.get(&key)
-        };
-        index
-            .concerned(&self.namespace)
-            .iter()
-            .filter_map(cached)
-            .collect()
-    }
-
-    /// The failed runs not cleaned up yet, from the cache through the run index (not a scan).
-    fn failed_runs(&self) -> Vec<Arc<RunJob>> {
-        let runs = self.stores.run_index.failed().into_iter();
-        let cached = runs.filter_map(|key| self.stores.runjobs.get(&key));
-        cached.filter(|r| self.in_namespace(r.as_ref())).collect()
-    }
-
     /// From the cache; a miss is confirmed against the API, since a tenant created a moment ago (the
     /// page a Create redirects to) may not have reached the cache yet.
     async fn tenant_object(&self, name: &str) -> Option<Arc<Tenant>> {

@@ -3,17 +3,12 @@
 //! what one overview render spends on them, read from the counts and indexes the watches keep, beside
 //! the cost of merely walking the same objects.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::Event;
-use sentry_tenants::controller::Stores;
 use sentry_tenants::crd::HISTORY_LIMIT;
-use sentry_tenants::crd::{RunAction, RunJob, RunPhase, RunRecord, Tenant};
+use sentry_tenants::crd::{RunAction, RunPhase, RunRecord, Tenant};
 use sentry_tenants::web::insights;
 use sentry_tenants_tests::{Cluster, NS};
 
@@ -77,39 +72,20 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
         tenants.iter().map(|t| t.history().len()).sum::<usize>()
             + runs.iter().filter(|r| r.is_in_flight()).count()
     });
-    // What the watches keep up to date as the objects come: the counts and the indexes.
-    let (stores, _) = Stores::shared();
-    for t in &tenants {
-        stores.index_tenant_event(&Event::Apply((**t).clone()));
-    }
-    for r in &runs {
-        stores.index_run_event(&Event::Apply((**r).clone()));
-    }
-    let by_name: HashMap<String, Arc<Tenant>> = tenants
-        .iter()
-        .map(|t| (t.name_any(), Arc::clone(t)))
-        .collect();
-    let runs_by_key: HashMap<ObjectRef<RunJob>, Arc<RunJob>> = runs
-        .iter()
-        .map(|r| (ObjectRef::from_obj(r.as_ref()), Arc::clone(r)))
-        .collect();
+    // What the watches keep up to date as the objects come: the caches, counts and indexes.
+    c.fill_stores(
+        tenants.iter().map(|t| (**t).clone()).collect(),
+        runs.iter().map(|r| (**r).clone()).collect(),
+        Vec::new(),
+    );
+    let stores = &c.ctx.stores;
     let (all, records) = median_ms(|| {
         let first = insights::first_hour(now);
         let per_hour = stores.finished_runs.per_hour(NS, first, insights::HOURS);
         let hours = insights::runs_per_hour(&per_hour, first);
         let durations = insights::durations(&stores.finished_runs.durations(NS));
-        let concerned: Vec<Arc<Tenant>> = stores
-            .tenant_index
-            .concerned(NS)
-            .iter()
-            .filter_map(|name| by_name.get(name).cloned())
-            .collect();
-        let failed: Vec<Arc<RunJob>> = stores
-            .run_index
-            .failed()
-            .iter()
-            .filter_map(|key| runs_by_key.get(key).cloned())
-            .collect();
+        let concerned = stores.concerned_tenants(NS);
+        let failed = stores.failed_runs(NS);
         let (attention, _) = insights::attention(&concerned, &failed, now);
         hours.len() + durations.len() + attention.len()
     });
