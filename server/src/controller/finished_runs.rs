@@ -133,7 +133,11 @@ impl Totals {
         let failed = run.phase == RunPhase::Failed;
         bump(&mut self.by_hour, (hour_of(run.finished), failed), up);
         if let Some(seconds) = run.seconds() {
-            bump(self.seconds.entry(run.action).or_default(), seconds, up);
+            let of_action = self.seconds.entry(run.action).or_default();
+            bump(of_action, seconds, up);
+            if of_action.is_empty() {
+                self.seconds.remove(&run.action);
+            }
         }
     }
 }
@@ -152,12 +156,20 @@ impl Inner {
         } else {
             self.source(from).live.insert(key.clone(), runs.clone())
         };
-        let totals = self.namespaces.entry(key.0).or_default();
+        if old.is_none() && runs.is_empty() {
+            // Nothing counted before, nothing to count now: no namespace gets an empty entry.
+            return;
+        }
+        let totals = self.namespaces.entry(key.0.clone()).or_default();
         for (uid, run) in old.unwrap_or_default() {
             totals.remove(&uid, &run, from);
         }
         for (uid, run) in &runs {
             totals.add(uid, run, from);
+        }
+        if totals.counted.is_empty() {
+            // Every run a history shows is counted too: nothing counted, nothing recorded either.
+            self.namespaces.remove(&key.0);
         }
     }
 
@@ -459,5 +471,33 @@ mod tests {
         assert_eq!(hours(&f)[0], [3, 0], "acme gone, beta has three");
         f.tenant_event(&Event::Delete(tenant("beta", Vec::new())));
         assert_eq!(hours(&f)[0], [0, 0]);
+    }
+
+    #[test]
+    fn a_namespace_is_kept_only_while_it_has_something_counted() {
+        let f = FinishedRuns::default();
+        let held = |f: &FinishedRuns| {
+            let inner = f.lock();
+            let mut held: Vec<(String, usize)> = (inner.namespaces.iter())
+                .map(|(ns, t)| (ns.clone(), t.seconds.len()))
+                .collect();
+            held.sort();
+            held
+        };
+        f.tenant_event(&Event::Apply(tenant("fresh", Vec::new())));
+        f.run_event(&Event::Apply(run("u0", Some(RunPhase::Running), TEN, TEN)));
+        assert_eq!(held(&f), [], "a tenant and a run with nothing finished");
+        let done = || {
+            record(
+                "u1",
+                RunPhase::Succeeded,
+                "2026-12-02T10:00:00Z",
+                "2026-12-02T10:00:05Z",
+            )
+        };
+        f.tenant_event(&Event::Apply(tenant("acme", vec![done()])));
+        assert_eq!(held(&f), [("ns".to_owned(), 1)], "one action's durations");
+        f.tenant_event(&Event::Apply(tenant("acme", Vec::new())));
+        assert_eq!(held(&f), [], "its record went: so did the namespace");
     }
 }
