@@ -183,6 +183,19 @@ pub const PROVISION_RUN_WRITES: &[(&str, usize)] = &[
     ("patch tenants/status", 3),
 ];
 
+/// Writes of the operator for an Automatic tenant (what `kubectl apply` of a Tenant sets off), from its
+/// creation until it is Active and its Provision run Succeeded (the provisioner's own writes apart),
+/// 8 in all: the tenant's finalizer and its run; the tenant's Provisioning (never Pending first: the
+/// run is made in the same reconcile); the Job; the run's Pending, Running and Succeeded; the tenant's
+/// Active. The cleanup of the run is [`PROVISION_RUN_WRITES`]'s last four.
+pub const AUTOMATIC_TENANT_WRITES: &[(&str, usize)] = &[
+    ("create jobs", 1),
+    ("create runjobs", 1),
+    ("patch runjobs/status", 3),
+    ("patch tenants", 1),
+    ("patch tenants/status", 2),
+];
+
 /// One request the code under test sent.
 #[derive(Debug, Clone)]
 pub struct Recorded {

@@ -177,35 +177,40 @@ impl Context {
     }
 }
 
-/// Merge-patches `status` when it differs from what the object already has: a no-op reconcile writes nothing.
+/// Merge-patches `status` when it differs from what the object already has: a no-op reconcile writes
+/// nothing. Returns the resourceVersion the write made, if it wrote.
 pub async fn patch_status_if_changed<K, S>(
     api: &Api<K>,
     name: &str,
     current: Option<&S>,
     desired: &S,
-) -> Result<bool>
+) -> Result<Option<String>>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize + PartialEq,
 {
     if current == Some(desired) {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = serde_json::json!({ "status": desired });
-    api.patch_status(name, &write_params(), &Patch::Merge(&patch))
+    let written = api
+        .patch_status(name, &write_params(), &Patch::Merge(&patch))
         .await?;
-    Ok(true)
+    Ok(Some(
+        written.meta().resource_version.clone().unwrap_or_default(),
+    ))
 }
 
 /// Server-side applies `status` (only the fields `manager` owns) to the object. Fields owned by other
 /// managers are neither sent nor touched, so a writer working from a stale copy cannot put back an
-/// old value of someone else's field. Controllers force: the fields are theirs by design.
+/// old value of someone else's field. Controllers force: the fields are theirs by design. Returns the
+/// resourceVersion the write made.
 pub async fn apply_status<K>(
     api: &Api<K>,
     name: &str,
     manager: &str,
     status: &impl Serialize,
-) -> Result<()>
+) -> Result<String>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -214,13 +219,14 @@ where
         "kind": K::kind(&()),
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(manager).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    Ok(written.meta().resource_version.clone().unwrap_or_default())
 }
 
 /// Parameters of every merge patch the operator sends: its own field manager.

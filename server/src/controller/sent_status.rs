@@ -1,8 +1,13 @@
-//! The status each run was last patched to, with the resourceVersion the patch was made over. On a
-//! busy apiserver the watch can lag the reconciler's own write: a second reconcile (a Job event, say)
-//! still sees the run as it was before the patch and would send the same status again. The real
-//! control plane's write budget test saw exactly that (two identical Running patches); a run's status
-//! is sent once per version of the run it was computed from.
+//! The status each object was last written to by this replica, with the resourceVersion that write
+//! made. The watch can lag our own writes: a reconcile (a Job event, another writer's change) may
+//! still see a copy from before the write and would send the same status again. The real control
+//! plane's write budget tests saw exactly that (two identical Running patches of a run, the second
+//! computed from a copy a person's edit of the run had made in between). A status is not sent again
+//! while the copy it was computed from is older than our write of it.
+//!
+//! "Older" compares resourceVersions as integers: comparable within one resource since Kubernetes
+//! 1.35 (KEP-5504), and the etcd revisions they are on every earlier apiserver. A version that is not
+//! an integer is never judged older, so nothing is skipped on a server that gives such versions.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -10,6 +15,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
+/// Per object uid: the resourceVersion our last status write made, and a digest of that status.
 #[derive(Default)]
 pub struct SentStatus(Mutex<HashMap<String, (String, u64)>>);
 
@@ -21,13 +27,22 @@ fn digest(status: &impl Serialize) -> u64 {
     hasher.finish()
 }
 
+/// Whether resourceVersion `copy` is older than `written` (both integers).
+fn older(copy: &str, written: &str) -> bool {
+    match (copy.parse::<u64>(), written.parse::<u64>()) {
+        (Ok(copy), Ok(written)) => copy < written,
+        _ => false,
+    }
+}
+
 impl SentStatus {
-    /// Whether `status` was already sent over exactly `version` of the object `uid`. A record of an
-    /// older version is dropped: the cache has moved past it.
-    pub fn already_sent(&self, uid: &str, version: &str, status: &impl Serialize) -> bool {
+    /// Whether `status` is what we last wrote to the object `uid`, in a write newer than the copy
+    /// (`copy_version`) it was computed from. A copy as new as our write, or newer, has it (or what
+    /// someone wrote since): the record goes.
+    pub fn already_sent(&self, uid: &str, copy_version: &str, status: &impl Serialize) -> bool {
         let mut sent = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match sent.get(uid) {
-            Some((over, d)) if over == version => *d == digest(status),
+            Some((written, d)) if older(copy_version, written) => *d == digest(status),
             Some(_) => {
                 sent.remove(uid);
                 false
@@ -36,10 +51,10 @@ impl SentStatus {
         }
     }
 
-    /// `status` was sent over `version` of the object `uid`.
-    pub fn record(&self, uid: &str, version: &str, status: &impl Serialize) {
+    /// `status` was written to the object `uid`, making its resourceVersion `written`.
+    pub fn record(&self, uid: &str, written: &str, status: &impl Serialize) {
         let mut sent = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        sent.insert(uid.to_owned(), (version.to_owned(), digest(status)));
+        sent.insert(uid.to_owned(), (written.to_owned(), digest(status)));
     }
 
     /// The object is gone: nothing to remember about it.
@@ -53,29 +68,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_status_is_sent_once_per_version_it_was_computed_from() {
+    fn a_status_is_not_sent_again_from_a_copy_older_than_its_write() {
         let sent = SentStatus::default();
-        assert!(!sent.already_sent("u1", "7", &"Running"));
-        sent.record("u1", "7", &"Running");
+        assert!(!sent.already_sent("u1", "7", &"Running"), "nothing written");
+        // Computed from version 7; someone else's edit made 8; our write made 9.
+        sent.record("u1", "9", &"Running");
         assert!(
             sent.already_sent("u1", "7", &"Running"),
-            "the cache lags: same version"
+            "the copy we computed from"
         );
         assert!(
-            !sent.already_sent("u1", "7", &"Succeeded"),
+            sent.already_sent("u1", "8", &"Running"),
+            "the edit in between"
+        );
+        assert!(
+            !sent.already_sent("u1", "8", &"Succeeded"),
             "something else to say"
         );
-        assert!(!sent.already_sent("u2", "7", &"Running"), "another run");
+        assert!(!sent.already_sent("u2", "8", &"Running"), "another object");
         assert!(
-            !sent.already_sent("u1", "8", &"Running"),
-            "the cache moved on"
+            !sent.already_sent("u1", "10", &"Running"),
+            "a copy newer than the write has it"
         );
         assert!(
             !sent.already_sent("u1", "7", &"Running"),
-            "and the old record went"
+            "and the record went with it"
         );
+    }
+
+    #[test]
+    fn the_copy_of_the_write_itself_ends_the_record() {
+        let sent = SentStatus::default();
         sent.record("u1", "9", &"Running");
-        sent.forget("u1");
         assert!(!sent.already_sent("u1", "9", &"Running"));
+        assert!(!sent.already_sent("u1", "8", &"Running"), "gone");
+    }
+
+    #[test]
+    fn versions_are_compared_as_integers_and_never_judged_older_otherwise() {
+        let sent = SentStatus::default();
+        sent.record("u1", "100", &"Running");
+        assert!(
+            sent.already_sent("u1", "99", &"Running"),
+            "99 < 100, not as text"
+        );
+        sent.record("u2", "abc", &"Running");
+        assert!(!sent.already_sent("u2", "abb", &"Running"));
+        sent.record("u3", "9", &"Running");
+        assert!(!sent.already_sent("u3", "", &"Running"));
+        sent.record("u4", "9", &"Running");
+        sent.forget("u4");
+        assert!(!sent.already_sent("u4", "8", &"Running"));
     }
 }

@@ -1,22 +1,25 @@
-//! Writes per provisioned tenant on the real apiserver, read from its audit log: the flow of the
-//! in-memory tier's `write_budget` (a settled tenant, a Provision run made as the dashboard makes one,
-//! the run followed to its cleanup), here with a real Job, pod and provisioner. Every write of our two
-//! ServiceAccounts is named, and none may be beyond what the in-memory tier counts for the same flow.
+//! Writes per provisioned tenant on the real apiserver, read from its audit log: the flows of the
+//! in-memory tier's `write_budget` (a settled tenant and a Provision run made as the dashboard makes
+//! one; an Automatic tenant applied with kubectl), each followed to the run's cleanup, here with a
+//! real Job, pod and provisioner. Every write of our two ServiceAccounts is named, and none may be
+//! beyond what the in-memory tier counts for the same flow.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use sentry_tenants::controller::tenant::new_run_job;
-use sentry_tenants::crd::{RunAction, RunJob, Tenant, TenantPhase};
-use sentry_tenants_tests::PROVISION_RUN_WRITES;
+use sentry_tenants::crd::{RunAction, RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::wait_until;
+use sentry_tenants_tests::{AUTOMATIC_TENANT_WRITES, PROVISION_RUN_WRITES};
 use serde_json::Value;
 
+use sentry_tenants_tests::cluster_tier::tenant_with;
+
 use crate::provision::{tenant, tenant_in_phase};
-use crate::setup;
+use crate::{Setup, setup};
 
 const RUN: &str = "acme-provision-1";
 
@@ -48,40 +51,75 @@ async fn a_provision_run_costs_no_more_writes_than_the_in_memory_tier_counts() {
     let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
     runs.create(&PostParams::default(), &run).await.unwrap();
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    recorded_and_cleaned_up(&s, RUN).await;
+    assert_within_budget(&s, from, PROVISION_RUN_WRITES);
+}
+
+/// `kubectl apply` of an Automatic tenant, as a GitOps tool applies one: the reconciler makes its
+/// Provision run, and everything follows from there until the tenant is Active and the run Succeeded
+/// (its cleanup, 5 minutes later, is the flow above's). A write after that moment is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_tenant_applied_costs_no_more_writes_than_the_in_memory_tier_counts() {
+    let s = setup("writes-auto").await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-pw").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-pw"))
+        .await;
+    let from = s.plane.audit_log_offset();
+    s.apply(&tenant_with("acme", false, "Automatic"));
+    tenant_in_phase(&s, "acme", TenantPhase::Active).await;
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until("the tenant's Provision run Succeeded", async || {
+        let made = runs.list(&ListParams::default()).await.ok()?.items;
+        let phase = made.first()?.status.as_ref()?.phase;
+        (phase == Some(RunPhase::Succeeded)).then_some(())
+    })
+    .await;
+    assert_within_budget(&s, from, AUTOMATIC_TENANT_WRITES);
+}
+
+/// Waits until the run and its Job are gone and the run is in the tenant's history.
+async fn recorded_and_cleaned_up(s: &Setup, run: &str) {
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
     let jobs: Api<Job> = Api::namespaced(s.admin.clone(), &s.ns);
     wait_until(
         "the run and its Job cleaned up, the run recorded",
         async || {
             let gone =
-                runs.get_opt(RUN).await.ok()?.is_none() && jobs.get_opt(RUN).await.ok()?.is_none();
+                runs.get_opt(run).await.ok()?.is_none() && jobs.get_opt(run).await.ok()?.is_none();
             let recorded = tenants
                 .get("acme")
                 .await
                 .ok()?
                 .history()
                 .iter()
-                .any(|r| r.name == RUN);
+                .any(|r| r.name == run);
             (gone && recorded).then_some(())
         },
     )
     .await;
+}
 
+/// Every write of our two ServiceAccounts since `from`, named: the operator's no more of each kind
+/// than `budget` (the in-memory tier's count for the same flow) and no more in all; the
+/// provisioner's exactly [`PROVISIONER_WRITES`].
+fn assert_within_budget(s: &Setup, from: u64, budget: &[(&str, usize)]) {
     let writes = s
         .plane
         .audit_events_after(from, |e| is_our_counted_write(e, &s.ns));
     let listed: Vec<String> = writes.iter().map(describe).collect();
     let operator = counts(&writes, "sentry-tenants");
     let provisioner = counts(&writes, "sentry-tenants-provisioner");
-    let budget: BTreeMap<&str, usize> = PROVISION_RUN_WRITES.iter().copied().collect();
+    let allowed: BTreeMap<&str, usize> = budget.iter().copied().collect();
     for (kind, n) in &operator {
-        let allowed = budget.get(kind.as_str()).copied().unwrap_or(0);
+        let allowed = allowed.get(kind.as_str()).copied().unwrap_or(0);
         assert!(
             *n <= allowed,
             "{n} × {kind} by the operator, {allowed} in the budget: {listed:#?}"
         );
     }
     let total: usize = operator.values().sum();
-    let in_memory: usize = PROVISION_RUN_WRITES.iter().map(|(_, n)| n).sum();
+    let in_memory: usize = budget.iter().map(|(_, n)| n).sum();
     assert!(total <= in_memory, "{total} > {in_memory}: {listed:#?}");
     let expected: BTreeMap<String, usize> = PROVISIONER_WRITES
         .iter()

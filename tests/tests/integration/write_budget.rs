@@ -4,9 +4,13 @@
 use std::collections::BTreeMap;
 
 use jiff::SignedDuration;
-use sentry_tenants::controller::runjob;
-use sentry_tenants::crd::{RunAction, TenantPhase};
-use sentry_tenants_tests::{Cluster, PROVISION_RUN_WRITES};
+use kube::ResourceExt;
+use std::sync::Arc;
+
+use kube::api::{Patch, PatchParams};
+use sentry_tenants::controller::{runjob, tenant};
+use sentry_tenants::crd::{ProvisioningPolicy, RunAction, RunPhase, TenantPhase};
+use sentry_tenants_tests::{AUTOMATIC_TENANT_WRITES, Cluster, PROVISION_RUN_WRITES};
 
 const RUN: &str = "acme-provision-1";
 
@@ -91,9 +95,9 @@ async fn a_run_from_creation_to_cleanup_costs_ten_named_writes() {
     );
 }
 
-/// The watch can lag the reconciler's own write: a reconcile of the run as it was before its status
-/// was patched computes the same status again and must not send it a second time (the real control
-/// plane's write budget test saw two identical Running patches).
+/// The watch can lag the reconciler's own write: a reconcile of the run from a copy older than its
+/// status write computes the same status again and must not send it a second time — also when the
+/// copy is a newer one than the write was computed from (a person's edit of the run in between).
 #[tokio::test]
 async fn a_reconcile_from_a_copy_older_than_its_own_status_write_sends_nothing_again() {
     let c = Cluster::new().await;
@@ -102,24 +106,104 @@ async fn a_reconcile_from_a_copy_older_than_its_own_status_write_sends_nothing_a
     c.settle().await;
     c.job_running(RUN).await;
     c.sync_stores().await;
-    let before_the_write = std::sync::Arc::new(c.runjobs().get(RUN).await.unwrap());
+    let computed_from = Arc::new(c.runjobs().get(RUN).await.unwrap());
+    // A label a person adds: a new version of the run, its generation (and so the status) unchanged.
+    let label = serde_json::json!({"metadata": {"labels": {"team": "data"}}});
+    let edited = c
+        .runjobs()
+        .patch(RUN, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
     let status_writes = |c: &Cluster| {
         c.log
             .count(|r| r.kind() == "patch runjobs/status" && r.path.contains(RUN))
     };
-    let ctx = std::sync::Arc::clone(&c.ctx);
     c.log.clear();
-    runjob::reconcile(
-        std::sync::Arc::clone(&before_the_write),
-        std::sync::Arc::clone(&ctx),
-    )
-    .await
-    .unwrap();
+    runjob::reconcile(computed_from.clone(), Arc::clone(&c.ctx))
+        .await
+        .unwrap();
     assert_eq!(status_writes(&c), 1, "Running written");
-    runjob::reconcile(before_the_write, ctx).await.unwrap();
+    runjob::reconcile(computed_from, Arc::clone(&c.ctx))
+        .await
+        .unwrap();
     assert_eq!(status_writes(&c), 1, "not again from the same old copy");
+    runjob::reconcile(Arc::new(edited), Arc::clone(&c.ctx))
+        .await
+        .unwrap();
+    assert_eq!(
+        status_writes(&c),
+        1,
+        "nor from the edit made before the write"
+    );
     // Once the cache has the write, the next change is sent as usual.
     c.job_succeeded(RUN).await;
     c.settle().await;
     assert_eq!(status_writes(&c), 2, "Succeeded written");
+}
+
+/// The same for a tenant's status: the run a reconcile made turns the tenant Provisioning once, also
+/// when the next reconcile still sees the tenant as it was before that write.
+#[tokio::test]
+async fn a_tenant_reconcile_from_a_copy_older_than_its_own_status_write_sends_nothing_again() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.settle().await;
+    c.create_run("acme", RunAction::Provision, RUN).await;
+    c.sync_stores().await;
+    let before = Arc::new(c.tenant("acme").await);
+    assert_eq!(before.phase(), Some(TenantPhase::Pending));
+    let status_writes = |c: &Cluster| c.log.count(|r| r.kind() == "patch tenants/status");
+    c.log.clear();
+    tenant::reconcile(before.clone(), Arc::clone(&c.ctx))
+        .await
+        .unwrap();
+    assert_eq!(status_writes(&c), 1, "Provisioning written");
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Provisioning)
+    );
+    tenant::reconcile(before, Arc::clone(&c.ctx)).await.unwrap();
+    assert_eq!(
+        status_writes(&c),
+        1,
+        "not again from the copy before the write"
+    );
+}
+
+/// The flow of `kubectl apply` (or a GitOps tool) of an Automatic tenant: the reconciler makes its
+/// Provision run, the run its Job, the provisioner reports; every write until the tenant is Active
+/// and its run Succeeded, by kind (the cleanup 5 minutes later is the Manual flow's, above).
+#[tokio::test]
+async fn an_automatic_tenant_until_it_is_active_costs_the_named_writes() {
+    let c = Cluster::new().await;
+    c.log.clear();
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    c.settle().await;
+    let runs = c.runs_of(RunAction::Provision).await;
+    assert_eq!(runs.len(), 1, "one Provision run made");
+    let run = runs[0].name_any();
+    c.job_running(&run).await;
+    c.settle().await;
+    c.job_succeeded(&run).await;
+    c.report_provisioned("acme").await;
+    c.settle().await;
+    assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Active));
+    let status = c.run(&run).await.and_then(|r| r.status).unwrap_or_default();
+    assert_eq!(status.phase, Some(RunPhase::Succeeded));
+
+    let writes = c.log.writes();
+    let summary: Vec<String> = writes
+        .iter()
+        .map(|w| format!("{} {} {}", w.method, w.path, w.body))
+        .collect();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for w in &writes {
+        *kinds.entry(w.kind()).or_default() += 1;
+    }
+    let expected: BTreeMap<String, usize> = AUTOMATIC_TENANT_WRITES
+        .iter()
+        .map(|(kind, n)| ((*kind).to_owned(), *n))
+        .collect();
+    assert_eq!(kinds, expected, "{summary:#?}");
 }

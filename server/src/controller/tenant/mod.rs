@@ -157,14 +157,12 @@ async fn write_status(
 ) -> Result<()> {
     let desired = desired_status(tenant, runs, observed, now);
     let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
-    if desired != current {
-        apply_status(
-            &ctx.tenants(),
-            &name_of(tenant)?,
-            TENANT_CONTROLLER,
-            &desired,
-        )
-        .await?;
+    let uid = tenant.uid().unwrap_or_default();
+    let copy = tenant.resource_version().unwrap_or_default();
+    if desired != current && !ctx.sent_status.already_sent(&uid, &copy, &desired) {
+        let name = name_of(tenant)?;
+        let written = apply_status(&ctx.tenants(), &name, TENANT_CONTROLLER, &desired).await?;
+        ctx.sent_status.record(&uid, &written, &desired);
     }
     Ok(())
 }

@@ -119,6 +119,7 @@ pub async fn ensure_finalizer(tenant: &Tenant, ctx: &Context) -> Result<bool> {
 pub async fn release(tenant: &Tenant, ctx: &Context) -> Result<Action> {
     let remaining = without(tenant.finalizers(), TENANT_FINALIZER);
     replace_finalizers(&ctx.tenants(), tenant, remaining).await?;
+    ctx.sent_status.forget(&tenant.uid().unwrap_or_default());
     Ok(Action::await_change())
 }
 
