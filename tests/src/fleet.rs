@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use sentry_tenants::controller::{runjob, tenant};
-use sentry_tenants::crd::{DEFAULT_TTL_SECONDS, RunAction, RunJob, Tenant, TenantPhase};
+use sentry_tenants::crd::{
+    DEFAULT_TTL_SECONDS, ProvisioningPolicy, RunAction, RunJob, Tenant, TenantPhase,
+};
 use sentry_tenants::names::TenantName;
 use sentry_tenants::provision::{PASSWORD_KEY, Provisioner, TenantSync};
 use sentry_tenants::web::actions::{self, Actions};
@@ -110,6 +112,20 @@ impl Fleet {
         fleet
     }
 
+    /// `n` Automatic tenants, as `kubectl apply` of Tenants alone makes them (the reconciler makes
+    /// each one's Provision run), nothing reconciled yet; every run may have its Job at once.
+    pub async fn with_automatic_tenants(n: usize) -> Self {
+        let cap = u16::try_from(n).unwrap_or(u16::MAX);
+        let fleet = Self::on(Cluster::with_max_concurrent_runs(cap).await);
+        for name in tenant_names(n) {
+            fleet
+                .cluster
+                .create_tenant_with(&name, ProvisioningPolicy::Automatic)
+                .await;
+        }
+        fleet
+    }
+
     pub async fn create_tenants(&self, names: &[String]) {
         for name in names {
             self.cluster.create_tenant(name).await;
@@ -140,13 +156,21 @@ impl Fleet {
     /// One round: a reconcile pass, the pending Jobs run, and the clock moved past every cleanup
     /// deadline.
     pub async fn round(&self) -> Round {
+        self.round_then(Some(SignedDuration::from_secs(
+            i64::from(DEFAULT_TTL_SECONDS) + 1,
+        )))
+        .await
+    }
+
+    /// A reconcile pass and the pending Jobs run, then the clock moved by `later`, if at all.
+    async fn round_then(&self, later: Option<SignedDuration>) -> Round {
         let c = &self.cluster;
         let writes_before = c.log.count(is_counted_write);
         let mut round = self.reconcile_pass().await;
         round.jobs_run = self.run_pending_jobs().await;
-        c.clock.advance(SignedDuration::from_secs(
-            i64::from(DEFAULT_TTL_SECONDS) + 1,
-        ));
+        if let Some(later) = later {
+            c.clock.advance(later);
+        }
         round.writes = c.log.count(is_counted_write) - writes_before;
         round
     }
@@ -238,9 +262,24 @@ impl Fleet {
     /// Rounds until one writes nothing, fails nothing and runs no Job. Returns the rounds taken, or
     /// `Err` with the last round when there is no fixpoint within `max_rounds`.
     pub async fn converge(&self, max_rounds: usize) -> Result<usize, Round> {
+        self.converge_with(max_rounds, async || self.round().await)
+            .await
+    }
+
+    /// [`Self::converge`] with the clock standing still: no finished run's cleanup falls due.
+    pub async fn converge_before_cleanup(&self, max_rounds: usize) -> Result<usize, Round> {
+        self.converge_with(max_rounds, async || self.round_then(None).await)
+            .await
+    }
+
+    async fn converge_with(
+        &self,
+        max_rounds: usize,
+        mut round: impl AsyncFnMut() -> Round,
+    ) -> Result<usize, Round> {
         let mut last = Round::default();
         for n in 1..=max_rounds {
-            last = self.round().await;
+            last = round().await;
             if last.quiet() {
                 return Ok(n);
             }
