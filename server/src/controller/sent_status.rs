@@ -19,12 +19,26 @@ use serde::Serialize;
 #[derive(Default)]
 pub struct SentStatus(Mutex<HashMap<String, (String, u64)>>);
 
+/// A digest of what `status` says, its conditions' `lastTransitionTime`s apart: a reconcile from an
+/// older copy stamps a condition it does not see yet with its own now, a moment later than ours,
+/// and says nothing else.
 fn digest(status: &impl Serialize) -> u64 {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    without_transition_times(&mut value);
     let mut hasher = DefaultHasher::new();
-    serde_json::to_string(status)
-        .unwrap_or_default()
-        .hash(&mut hasher);
+    value.to_string().hash(&mut hasher);
     hasher.finish()
+}
+
+fn without_transition_times(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            fields.remove("lastTransitionTime");
+            fields.values_mut().for_each(without_transition_times);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_transition_times),
+        _ => {}
+    }
 }
 
 /// Whether resourceVersion `copy` is older than `written` (both integers).
@@ -94,6 +108,18 @@ mod tests {
             !sent.already_sent("u1", "7", &"Running"),
             "and the record went with it"
         );
+    }
+
+    #[test]
+    fn a_condition_s_transition_time_alone_is_no_new_status() {
+        let condition = |at: &str, reason: &str| {
+            serde_json::json!({"phase": "Running", "conditions": [
+                {"type": "Finished", "reason": reason, "lastTransitionTime": at}]})
+        };
+        let sent = SentStatus::default();
+        sent.record("u1", "9", &condition("2026-12-05T00:02:48Z", "Running"));
+        assert!(sent.already_sent("u1", "8", &condition("2026-12-05T00:02:49Z", "Running")));
+        assert!(!sent.already_sent("u1", "8", &condition("2026-12-05T00:02:48Z", "Pending")));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use kube::api::{Patch, PatchParams};
 use sentry_tenants::controller::{runjob, tenant};
-use sentry_tenants::crd::{ProvisioningPolicy, RunAction, RunPhase, TenantPhase};
+use sentry_tenants::crd::{ProvisioningPolicy, RunAction, RunPhase, TENANT_FINALIZER, TenantPhase};
 use sentry_tenants_tests::{AUTOMATIC_TENANT_WRITES, Cluster, PROVISION_RUN_WRITES};
 
 const RUN: &str = "acme-provision-1";
@@ -206,4 +206,40 @@ async fn an_automatic_tenant_until_it_is_active_costs_the_named_writes() {
         .map(|(kind, n)| ((*kind).to_owned(), *n))
         .collect();
     assert_eq!(kinds, expected, "{summary:#?}");
+}
+
+/// A tenant reconcile whose run cache has not shown yet the run an earlier reconcile made (what the
+/// real control plane's bench saw): its create answers 409, the run is read instead, and the status
+/// stays Provisioning — no Pending written only to be taken back.
+#[tokio::test]
+async fn a_tenant_reconcile_that_does_not_see_its_new_run_yet_writes_nothing_to_take_back() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    // As the first reconcile leaves it: our finalizer on, no status yet.
+    let finalizer = serde_json::json!({"metadata": {"finalizers": [TENANT_FINALIZER]}});
+    c.tenants()
+        .patch("acme", &PatchParams::default(), &Patch::Merge(&finalizer))
+        .await
+        .unwrap();
+    c.sync_stores().await;
+    let copy = Arc::new(c.tenant("acme").await);
+    c.log.clear();
+    tenant::reconcile(copy.clone(), Arc::clone(&c.ctx))
+        .await
+        .unwrap();
+    assert_eq!(c.log.creates_of("runjobs"), 1, "the Provision run made");
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Provisioning)
+    );
+    // The caches are as they were: the tenant without its status, no run.
+    tenant::reconcile(copy, Arc::clone(&c.ctx)).await.unwrap();
+    let status_writes = c.log.count(|r| r.kind() == "patch tenants/status");
+    assert_eq!(status_writes, 1, "Provisioning once, no Pending in between");
+    assert_eq!(
+        c.tenant("acme").await.phase(),
+        Some(TenantPhase::Provisioning)
+    );
+    assert_eq!(c.runs_of(RunAction::Provision).await.len(), 1);
 }

@@ -167,8 +167,10 @@ async fn write_status(
     Ok(())
 }
 
-/// Creates a run the rules asked for; returns it so this reconcile's status already counts it (`None`
-/// when a previous reconcile or another replica made it first, which is the outcome we wanted).
+/// Creates a run the rules asked for; returns it so this reconcile's status already counts it. When a
+/// previous reconcile or another replica made it first (the outcome we wanted, which the run cache
+/// has not shown yet), that run is read and returned instead: a status computed without it would
+/// say the tenant is still waiting for a run it has, and be written only to be taken back.
 async fn create_run(
     tenant: &Tenant,
     name: &str,
@@ -183,7 +185,10 @@ async fn create_run(
                 .await;
             Ok(Some(Arc::new(created)))
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let made = ctx.runjobs().get_opt(name).await?;
+            Ok(made.filter(|r| r.is_for(tenant)).map(Arc::new))
+        }
         Err(e) => Err(e.into()),
     }
 }

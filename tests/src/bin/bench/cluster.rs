@@ -196,12 +196,20 @@ fn by_kind(events: &[&Value], per: usize) -> String {
 }
 
 /// The same flow in the in-memory tier: Automatic tenants created, reconciled (each makes its
-/// Provision run), the Jobs played, until every tenant is Active and its run Succeeded (no cleanup
-/// falls due); writes of the operator and provisioner per tenant.
+/// Provision run, the run its Job), each Job's pod reported running as the Job controller reports
+/// it, then the provisioner run and the Jobs completed, until every tenant is Active and its run
+/// Succeeded (no cleanup falls due); writes of the operator and provisioner per tenant.
 async fn in_memory_writes_per_tenant(n: usize) -> (f64, String) {
     let fleet = Fleet::with_automatic_tenants(n).await;
     let c = &fleet.cluster;
     c.log.clear();
+    fleet.reconcile_pass().await;
+    fleet.reconcile_pass().await;
+    let jobs = c.jobs().list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(jobs.len(), n, "a Job for every run");
+    for job in &jobs {
+        c.job_running(&job.name_any()).await;
+    }
     fleet
         .converge_before_cleanup(30)
         .await
