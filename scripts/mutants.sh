@@ -10,7 +10,7 @@
 #   bash scripts/mutants.sh                 # every mutant (728 at the time of writing: ~7 h on 2 cores)
 #   bash scripts/mutants.sh 3/16            # one shard of sixteen (round-robin), as MUTANTS.md records
 #   bash scripts/mutants.sh -f 'server/src/provision/sql.rs'   # one file (any cargo-mutants filter)
-#   bash scripts/mutants.sh --list          # list the mutants only
+#   bash scripts/mutants.sh --list          # list the mutants only (`--list -f FILE`: of one file)
 #   bash scripts/mutants.sh --iterate -f 'server/src/install/bundle.rs'   # only what the last runs did not catch
 #
 # It tests the committed HEAD, in a git worktree of its own (target/mutants/src) mutated in place, so
@@ -53,7 +53,12 @@ files=(-f 'server/src/controller/**/*.rs' -f 'server/src/provision/*.rs' -f 'ser
 scope=(--package sentry-tenants --test-package sentry-tenants,sentry-tenants-tests
   -C --lib -C --test=integration)
 case "${1:-}" in
-  --list) exec cargo mutants --dir "$root/src" --list "${scope[@]}" "${files[@]}" ;;
+  --list)
+    shift
+    # The filters given after --list, or the whole scope.
+    [ $# -gt 0 ] || set -- "${files[@]}"
+    exec cargo mutants --dir "$root/src" --list "${scope[@]}" "$@"
+    ;;
   [0-9]*/[0-9]*) selection=("${files[@]}" --shard "$1" --sharding round-robin) ;;
   '') selection=("${files[@]}") ;;
   *) selection=("$@") ;;
