@@ -3,10 +3,13 @@
 //! minutes are virtual and exact.
 
 use std::cell::Cell;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::Request;
+use kube::client::{Body, Client};
 use sentry_tenants::provision::ProvisionError;
-use sentry_tenants::provision::outage::{OUTAGE_BUDGET, outlasting_api_outages};
+use sentry_tenants::provision::outage::{OUTAGE_BUDGET, apiserver_ready, outlasting_api_outages};
 use tokio::time::Instant;
 
 fn unavailable() -> ProvisionError {
@@ -77,6 +80,7 @@ async fn an_api_that_stays_unavailable_fails_the_run_within_the_budget_with_wait
         async || true,
         async || {
             attempts.set(attempts.get() + 1);
+            assert!(attempts.get() <= 25, "the budget ends the outage");
             Err(unavailable())
         },
     )
@@ -87,4 +91,54 @@ async fn an_api_that_stays_unavailable_fails_the_run_within_the_budget_with_wait
     // Runs at 0, 1, 3, 7 s, then every 8 s up to 175 s; one more wait would end past 180 s.
     assert_eq!(started.elapsed(), Duration::from_secs(175));
     assert_eq!(attempts.get(), 4 + 21);
+}
+
+/// A wait that ends exactly when the budget does is still waited, and the run tried once more.
+#[tokio::test(start_paused = true)]
+async fn a_run_may_start_again_at_the_budget_s_last_second() {
+    let started = Instant::now();
+    let attempts = Cell::new(0u32);
+    let outcome: Result<(), _> = outlasting_api_outages(
+        async || true,
+        async || {
+            attempts.set(attempts.get() + 1);
+            if attempts.get() == 2 {
+                // A long run that fails at 174 s: waits of 2 s (to 176) and 4 s (to 180) follow.
+                tokio::time::sleep(Duration::from_secs(173)).await;
+            }
+            Err(unavailable())
+        },
+    )
+    .await;
+    assert!(outcome.is_err());
+    assert_eq!(attempts.get(), 4, "runs at 0, 1, 176 and 180 s");
+    assert_eq!(started.elapsed(), Duration::from_secs(180));
+}
+
+/// An apiserver stand-in that answers every request with `status`, and records the paths asked.
+fn answering(status: u16, asked: Arc<Mutex<Vec<String>>>) -> Client {
+    let service = tower::service_fn(move |req: Request<Body>| {
+        asked.lock().unwrap().push(req.uri().path().to_owned());
+        async move {
+            let response = http::Response::builder()
+                .status(status)
+                .body(Body::from(b"ok".to_vec()))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    Client::new(service, "default")
+}
+
+#[tokio::test]
+async fn the_apiserver_is_ready_when_its_readyz_answers_ok() {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    assert!(apiserver_ready(&answering(200, Arc::clone(&asked))).await);
+    for not_ready in [500, 503, 403] {
+        assert!(
+            !apiserver_ready(&answering(not_ready, Arc::clone(&asked))).await,
+            "{not_ready}"
+        );
+    }
+    assert_eq!(*asked.lock().unwrap(), ["/readyz"; 4]);
 }
