@@ -32,10 +32,7 @@ const PROVISIONER_WRITES: &[(&str, usize)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provision_run_costs_no_more_writes_than_the_in_memory_tier_counts() {
-    let s = setup("writes").await;
-    let ch = ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-pw").await;
-    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-pw"))
-        .await;
+    let (s, _ch) = installed("writes").await;
     s.apply(&tenant("acme", false));
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     let settled = wait_until("acme settled: its finalizer and Pending", async || {
@@ -60,10 +57,7 @@ async fn a_provision_run_costs_no_more_writes_than_the_in_memory_tier_counts() {
 /// (its cleanup, 5 minutes later, is the flow above's). A write after that moment is not counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_automatic_tenant_applied_costs_no_more_writes_than_the_in_memory_tier_counts() {
-    let s = setup("writes-auto").await;
-    let ch = ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-pw").await;
-    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-pw"))
-        .await;
+    let (s, _ch) = installed("writes-auto").await;
     let from = s.plane.audit_log_offset();
     s.apply(&tenant_with("acme", false, "Automatic"));
     tenant_in_phase(&s, "acme", TenantPhase::Active).await;
@@ -75,6 +69,16 @@ async fn an_automatic_tenant_applied_costs_no_more_writes_than_the_in_memory_tie
     })
     .await;
     assert_within_budget(&s, from, AUTOMATIC_TENANT_WRITES);
+}
+
+/// A namespace of its own with the operator installed, provisioning against a ClickHouse stand-in
+/// (kept alive by the caller).
+async fn installed(prefix: &str) -> (Setup, ClickHouseStandIn) {
+    let s = setup(prefix).await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-pw").await;
+    s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-pw"))
+        .await;
+    (s, ch)
 }
 
 /// Waits until the run and its Job are gone and the run is in the tenant's history.

@@ -72,21 +72,8 @@ async fn a_run_from_creation_to_cleanup_costs_ten_named_writes() {
     c.settle().await;
     assert!(c.run(RUN).await.is_none());
 
-    let writes = c.log.writes();
-    let summary: Vec<String> = writes
-        .iter()
-        .map(|w| format!("{} {}", w.method, w.path))
-        .collect();
-    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
-    for w in &writes {
-        *kinds.entry(w.kind()).or_default() += 1;
-    }
-    let expected: BTreeMap<String, usize> = PROVISION_RUN_WRITES
-        .iter()
-        .map(|(kind, n)| ((*kind).to_owned(), *n))
-        .collect();
-    assert_eq!(kinds, expected, "{summary:#?}");
-    assert_eq!(writes.len(), 10, "{summary:#?}");
+    let writes = assert_writes_by_kind(&c, PROVISION_RUN_WRITES);
+    assert_eq!(writes, 10);
     assert_eq!(c.log.creates_of("jobs"), 1);
     let events = c.log.events().len();
     assert!(
@@ -192,6 +179,12 @@ async fn an_automatic_tenant_until_it_is_active_costs_the_named_writes() {
     let status = c.run(&run).await.and_then(|r| r.status).unwrap_or_default();
     assert_eq!(status.phase, Some(RunPhase::Succeeded));
 
+    assert_writes_by_kind(&c, AUTOMATIC_TENANT_WRITES);
+}
+
+/// Asserts that the writes logged are exactly `table`'s, kind by kind (each listed if not); returns
+/// how many there were.
+fn assert_writes_by_kind(c: &Cluster, table: &[(&str, usize)]) -> usize {
     let writes = c.log.writes();
     let summary: Vec<String> = writes
         .iter()
@@ -201,11 +194,12 @@ async fn an_automatic_tenant_until_it_is_active_costs_the_named_writes() {
     for w in &writes {
         *kinds.entry(w.kind()).or_default() += 1;
     }
-    let expected: BTreeMap<String, usize> = AUTOMATIC_TENANT_WRITES
+    let expected: BTreeMap<String, usize> = table
         .iter()
         .map(|(kind, n)| ((*kind).to_owned(), *n))
         .collect();
     assert_eq!(kinds, expected, "{summary:#?}");
+    writes.len()
 }
 
 /// A tenant reconcile whose run cache has not shown yet the run an earlier reconcile made (what the
