@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::history::{in_flight, latest_finished, retried_since_success};
+use super::history::{finished_at, in_flight, latest_finished, retried_since_success};
 use crate::controller::attempts::NextRun;
 use crate::crd::{
     ConditionStatus, CopyState, CopyStatus, CredentialsStatus, RunAction, RunJob, RunPhase, Tenant,
@@ -141,13 +141,19 @@ pub fn delivery_needed(
 
 /// Whether the newest finished run that writes copies succeeded without the tenant showing its
 /// report yet. A tenant whose report names no run (written by hand, or before reports named their
-/// run) is taken as it is.
+/// run) is taken as it is. Kubernetes times have whole seconds: a report of a run that finished in
+/// the same second as the newest is as new as can be told (two such runs, a Rotate applied by hand
+/// beside a Deliver, would otherwise leave the tenant waiting for the other's report forever).
 pub(super) fn report_behind(tenant: &Tenant, runs: &[Arc<RunJob>]) -> bool {
     let Some(written_by) = reported(tenant).and_then(|r| r.written_by.as_deref()) else {
         return false;
     };
-    latest_finished(runs, tenant.history(), writes_copies)
-        .is_some_and(|f| f.phase == RunPhase::Succeeded && f.uid != written_by)
+    let Some(newest) = latest_finished(runs, tenant.history(), writes_copies) else {
+        return false;
+    };
+    let reported_at = finished_at(runs, tenant.history(), written_by);
+    let as_new = newest.uid == written_by || (reported_at.is_some() && reported_at == newest.at);
+    newest.phase == RunPhase::Succeeded && !as_new
 }
 
 /// When a tenant waiting for a namespace's consent looks again: [`CONSENT_RECHECK`] from now.

@@ -22,7 +22,7 @@ pub(super) struct Finished<'a> {
     pub(super) uid: &'a str,
     pub(super) phase: RunPhase,
     message: &'a str,
-    at: Option<Timestamp>,
+    pub(super) at: Option<Timestamp>,
 }
 
 /// Latest finished run of an action `of` accepts, considering both live RunJobs and the history on the
@@ -53,6 +53,21 @@ pub(super) fn latest_finished<'a>(
     // Kubernetes times have whole seconds, so two runs can finish "at once"; the later run has the
     // higher serial (a lock run's serial grows with the generation, a Provision run's with each retry).
     live.chain(recorded).max_by_key(|f| (f.at, serial(f.name)))
+}
+
+/// When the run `uid` finished, from a live RunJob or the history on the tenant.
+pub(super) fn finished_at(
+    runs: &[Arc<RunJob>],
+    history: &[RunRecord],
+    uid: &str,
+) -> Option<Timestamp> {
+    let live = runs.iter().find(|r| r.metadata.uid.as_deref() == Some(uid));
+    let live = live.and_then(|r| r.status.as_ref()?.completion_time.as_ref());
+    let recorded = history
+        .iter()
+        .find(|h| h.uid == uid)
+        .map(|h| &h.finished_at);
+    live.or(recorded).map(|t| t.0)
 }
 
 /// The number a run's name ends with (`acme-suspend-41` → 41); 0 for a name made by hand without one.

@@ -689,6 +689,40 @@ fn no_deliver_run_while_the_newest_report_is_not_seen() {
     );
 }
 
+/// A Rotate applied by hand beside a Deliver run, both finished in the same second (Kubernetes
+/// times have whole seconds): the report of either is as new as can be told, and a copy out of date
+/// afterwards still gets its Deliver run.
+#[test]
+fn a_report_of_a_run_finished_in_the_same_second_as_the_newest_is_not_behind() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let at = "2026-12-01T11:59:00Z";
+    let history = vec![
+        record("acme-deliver-1", RunPhase::Succeeded, at),
+        record("acme-rotate-1", RunPhase::Succeeded, at),
+    ];
+    for written_by in ["uid-acme-deliver-1", "uid-acme-rotate-1"] {
+        let mut tenant = with_copies(vec![], history.clone());
+        credentials_report(&mut tenant).written_by = Some(written_by.into());
+        assert_eq!(
+            delivery_needed(&tenant, &[], &consents(true).consents, now),
+            NextRun::Start("acme-deliver-2".into()),
+            "{written_by}"
+        );
+    }
+    let earlier = record(
+        "acme-deliver-1",
+        RunPhase::Succeeded,
+        "2026-12-01T11:58:59Z",
+    );
+    let mut behind = with_copies(vec![], vec![earlier, history[1].clone()]);
+    credentials_report(&mut behind).written_by = Some("uid-acme-deliver-1".into());
+    assert_eq!(
+        delivery_needed(&behind, &[], &consents(true).consents, now),
+        NextRun::Idle,
+        "a second earlier is behind"
+    );
+}
+
 /// Failed Deliver runs are retried after the usual backoff, counted since the last success; one
 /// run that writes copies at a time.
 #[test]
