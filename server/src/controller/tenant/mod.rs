@@ -169,8 +169,10 @@ async fn write_status(
 
 /// Creates a run the rules asked for; returns it so this reconcile's status already counts it. When a
 /// previous reconcile or another replica made it first (the outcome we wanted, which the run cache
-/// has not shown yet), that run is read and returned instead: a status computed without it would
-/// say the tenant is still waiting for a run it has, and be written only to be taken back.
+/// has not shown yet), the run as we would have made it is returned all the same — started, not
+/// finished: a status computed without it would say the tenant still waits for a run it has, and
+/// be written only to be taken back. The next reconcile sees the run itself. (Not read back: that
+/// would take a `get` on runjobs the operator's Role does not otherwise need.)
 async fn create_run(
     tenant: &Tenant,
     name: &str,
@@ -185,10 +187,7 @@ async fn create_run(
                 .await;
             Ok(Some(Arc::new(created)))
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            let made = ctx.runjobs().get_opt(name).await?;
-            Ok(made.filter(|r| r.is_for(tenant)).map(Arc::new))
-        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(Arc::new(run))),
         Err(e) => Err(e.into()),
     }
 }
