@@ -203,8 +203,8 @@ fn assert_writes_by_kind(c: &Cluster, table: &[(&str, usize)]) -> usize {
 }
 
 /// A tenant reconcile whose run cache has not shown yet the run an earlier reconcile made (what the
-/// real control plane's bench saw): its create answers 409, the run is read instead, and the status
-/// stays Provisioning — no Pending written only to be taken back.
+/// real control plane's bench saw): its create answers 409, the run is counted as made all the same,
+/// and the status stays Provisioning — no Pending written only to be taken back.
 #[tokio::test]
 async fn a_tenant_reconcile_that_does_not_see_its_new_run_yet_writes_nothing_to_take_back() {
     let c = Cluster::new().await;
