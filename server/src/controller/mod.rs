@@ -86,7 +86,8 @@ pub struct Context {
     pub slots: Arc<slots::RunSlots>,
     /// Which namespaces consent to copies of credentials (rule 9).
     pub consents: Arc<consent::ConsentChecks>,
-    /// The runs' statuses as last sent, so a lagging cache does not make us send one twice.
+    /// The runs' and tenants' statuses as last sent, so a lagging cache does not make us send one
+    /// twice.
     pub sent_status: Arc<sent_status::SentStatus>,
 }
 

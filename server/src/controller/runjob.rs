@@ -81,17 +81,9 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
     };
     let desired = with_pod_outcome(&run, desired, &ctx).await;
     let name = name_of(run.as_ref())?;
-    let uid = run.uid().unwrap_or_default();
-    let copy = run.resource_version().unwrap_or_default();
-    let sent = ctx.sent_status.already_sent(&uid, &copy, &desired);
-    let written = match sent {
-        true => None,
-        false => {
-            patch_status_if_changed(&ctx.runjobs(), &name, run.status.as_ref(), &desired).await?
-        }
-    };
-    if let Some(written) = written {
-        ctx.sent_status.record(&uid, &written, &desired);
+    let runs = ctx.runjobs();
+    let patch = patch_status_if_changed(&runs, &name, run.status.as_ref(), &desired);
+    if ctx.sent_status.send(run.as_ref(), &desired, patch).await? {
         announce_transition(&run, tenant.as_deref(), &desired, &ctx).await;
         if desired.phase.is_some_and(RunPhase::is_finished) {
             // Its slot is free: the oldest queued run takes it.

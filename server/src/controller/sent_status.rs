@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
+use kube::Resource;
 use serde::Serialize;
+
+use super::Result;
 
 /// Per object uid: the resourceVersion our last status write made, and a digest of that status.
 #[derive(Default)]
@@ -69,6 +72,27 @@ impl SentStatus {
     pub fn record(&self, uid: &str, written: &str, status: &impl Serialize) {
         let mut sent = self.0.lock().unwrap_or_else(|p| p.into_inner());
         sent.insert(uid.to_owned(), (written.to_owned(), digest(status)));
+    }
+
+    /// Sends `status` to `obj` with `send` — which answers the resourceVersion its write made, or
+    /// `None` when it had nothing to write — unless `obj` is a copy older than our last write of the
+    /// same status; remembers what it wrote. Returns whether it wrote.
+    pub async fn send<K: Resource>(
+        &self,
+        obj: &K,
+        status: &impl Serialize,
+        send: impl Future<Output = Result<Option<String>>>,
+    ) -> Result<bool> {
+        let uid = obj.meta().uid.as_deref().unwrap_or_default();
+        let copy = obj.meta().resource_version.as_deref().unwrap_or_default();
+        if self.already_sent(uid, copy, status) {
+            return Ok(false);
+        }
+        let Some(written) = send.await? else {
+            return Ok(false);
+        };
+        self.record(uid, &written, status);
+        Ok(true)
     }
 
     /// The object is gone: nothing to remember about it.

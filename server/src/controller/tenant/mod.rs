@@ -157,12 +157,13 @@ async fn write_status(
 ) -> Result<()> {
     let desired = desired_status(tenant, runs, observed, now);
     let current = tenant.status.as_ref().map(owned_status).unwrap_or_default();
-    let uid = tenant.uid().unwrap_or_default();
-    let copy = tenant.resource_version().unwrap_or_default();
-    if desired != current && !ctx.sent_status.already_sent(&uid, &copy, &desired) {
+    if desired != current {
         let name = name_of(tenant)?;
-        let written = apply_status(&ctx.tenants(), &name, TENANT_CONTROLLER, &desired).await?;
-        ctx.sent_status.record(&uid, &written, &desired);
+        let apply = async {
+            let written = apply_status(&ctx.tenants(), &name, TENANT_CONTROLLER, &desired).await?;
+            Ok(Some(written))
+        };
+        ctx.sent_status.send(tenant, &desired, apply).await?;
     }
     Ok(())
 }
