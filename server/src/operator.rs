@@ -88,6 +88,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let probes = probe_router(ProbeState {
         stores: stores.clone(),
         metrics,
+        namespace: args.config.shared.namespace.clone(),
+        slots: Arc::clone(&ctx.slots),
     });
     let probe_server = tokio::spawn(crate::web::serve::serve(
         listener,

@@ -1,5 +1,6 @@
 //! Logs (tracing, text or JSON) and Prometheus metrics (prometheus-client).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +12,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
 
-use crate::crd::{RunJob, RunPhase, Tenant, TenantPhase};
+use crate::crd::{RunPhase, TenantPhase};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -94,10 +95,14 @@ pub struct Metrics {
     pub reconciles: Family<ControllerLabel, Counter>,
     pub reconcile_errors: Family<ErrorLabel, Counter>,
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    pub reconcile_queue_depth: Family<ControllerLabel, Histogram>,
     pub tenants: Family<PhaseLabel, Gauge>,
     pub tenants_retrying: Family<ConditionLabel, Gauge>,
     pub runs: Family<PhaseLabel, Gauge>,
     pub runs_finished: Family<PhaseLabel, Counter>,
+    pub runs_in_flight: Gauge,
+    pub runs_waiting: Gauge,
+    pub runs_max_in_flight: Gauge,
     pub jobs_created: Counter,
     pub cleanups: Counter,
     pub is_leader: Gauge,
@@ -111,10 +116,18 @@ impl Default for Metrics {
         let reconcile_duration = Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });
+        // 0, then 1, 2, 4 … 8,192 objects: a queue a whole fleet deep after a leadership change shows
+        // in the top buckets, a keeping-up controller in the first.
+        let reconcile_queue_depth =
+            Family::<ControllerLabel, Histogram>::new_with_constructor(|| {
+                Histogram::new(std::iter::once(0.0).chain(exponential_buckets(1.0, 2.0, 14)))
+            });
         let tenants = Family::<PhaseLabel, Gauge>::default();
         let tenants_retrying = Family::<ConditionLabel, Gauge>::default();
         let runs = Family::<PhaseLabel, Gauge>::default();
         let runs_finished = Family::<PhaseLabel, Counter>::default();
+        let (runs_in_flight, runs_waiting, runs_max_in_flight) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
         let jobs_created = Counter::default();
         let cleanups = Counter::default();
         let is_leader = Gauge::default();
@@ -133,6 +146,11 @@ impl Default for Metrics {
             "Time spent in one reconcile",
             reconcile_duration.clone(),
         );
+        registry.register(
+            "reconcile_queue_depth",
+            "Objects still waiting for a reconcile when one starts",
+            reconcile_queue_depth.clone(),
+        );
         registry.register("tenants", "Tenants by phase", tenants.clone());
         registry.register(
             "tenants_retrying",
@@ -148,6 +166,21 @@ impl Default for Metrics {
             "runs_finished",
             "Runs that reached a final phase",
             runs_finished.clone(),
+        );
+        registry.register(
+            "runs_in_flight",
+            "Runs whose Job is unfinished: the slots of --max-concurrent-runs taken",
+            runs_in_flight.clone(),
+        );
+        registry.register(
+            "runs_waiting",
+            "Runs in flight that have no Job yet: waiting for a free slot, or for the reconcile that makes it",
+            runs_waiting.clone(),
+        );
+        registry.register(
+            "runs_max_in_flight",
+            "The cap on runs in flight (--max-concurrent-runs)",
+            runs_max_in_flight.clone(),
         );
         registry.register(
             "jobs_created",
@@ -179,10 +212,14 @@ impl Default for Metrics {
             reconciles,
             reconcile_errors,
             reconcile_duration,
+            reconcile_queue_depth,
             tenants,
             tenants_retrying,
             runs,
             runs_finished,
+            runs_in_flight,
+            runs_waiting,
+            runs_max_in_flight,
             jobs_created,
             cleanups,
             is_leader,
@@ -212,45 +249,59 @@ impl Metrics {
         self.reconcile_errors.get_or_create(&label).inc();
     }
 
-    /// Prometheus text, with the by-phase gauges computed at scrape time from the cached `tenants` and
-    /// `runs`.
-    pub fn render(&self, tenants: &[Arc<Tenant>], runs: &[Arc<RunJob>]) -> String {
+    /// Samples how many objects still wait for `controller`'s workers as one of its reconciles starts.
+    pub fn observe_queue_depth(&self, controller: &str, waiting: usize) {
+        let label = ControllerLabel {
+            controller: controller.to_owned(),
+        };
+        self.reconcile_queue_depth
+            .get_or_create(&label)
+            .observe(waiting as f64);
+    }
+
+    /// Prometheus text, with the gauges set from `now` (read from the caches at scrape time).
+    pub fn render(&self, now: &Snapshot) -> String {
         for phase in TenantPhase::ALL {
-            let n = tenants.iter().filter(|t| t.phase() == Some(phase)).count();
+            let n = now.tenants.get(&phase).copied().unwrap_or_default();
             self.tenants
                 .get_or_create(&PhaseLabel::new(phase.as_str()))
                 .set(n as i64);
         }
-        let mut retrying = std::collections::BTreeMap::new();
         for (condition, _) in crate::crd::RETRYING {
-            retrying.insert(condition, 0);
-        }
-        for tenant in tenants {
-            for condition in tenant.retrying() {
-                *retrying.entry(condition).or_default() += 1;
-            }
-        }
-        for (condition, n) in retrying {
+            let n = now.tenants_retrying.get(condition).copied().unwrap_or_default();
             let label = ConditionLabel {
                 condition: condition.to_owned(),
             };
-            self.tenants_retrying.get_or_create(&label).set(n);
+            self.tenants_retrying.get_or_create(&label).set(n as i64);
         }
-        for phase in RunPhase::ALL {
-            let n = runs.iter().filter(|r| r.phase() == Some(phase)).count();
+        for phase in RunPhase::ALL.map(Some).into_iter().chain([None]) {
+            let n = now.runs.get(&phase).copied().unwrap_or_default();
+            let label = phase.map_or("Unknown", RunPhase::as_str);
             self.runs
-                .get_or_create(&PhaseLabel::new(phase.as_str()))
+                .get_or_create(&PhaseLabel::new(label))
                 .set(n as i64);
         }
-        let unknown = runs.iter().filter(|r| r.phase().is_none()).count();
-        self.runs
-            .get_or_create(&PhaseLabel::new("Unknown"))
-            .set(unknown as i64);
+        self.runs_in_flight.set(now.runs_in_flight as i64);
+        self.runs_waiting.set(now.runs_waiting as i64);
+        self.runs_max_in_flight.set(now.runs_max_in_flight as i64);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
         out
     }
+}
+
+/// What the scrape-time gauges show, counted by whoever holds the caches.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub tenants: HashMap<TenantPhase, usize>,
+    /// Tenants with a run being retried, by the condition that says so.
+    pub tenants_retrying: HashMap<&'static str, usize>,
+    /// Runs by phase; `None`: no status yet.
+    pub runs: HashMap<Option<RunPhase>, usize>,
+    pub runs_in_flight: usize,
+    pub runs_waiting: usize,
+    pub runs_max_in_flight: usize,
 }
 
 pub struct ReconcileTimer {

@@ -9,6 +9,7 @@ pub mod finished_runs;
 pub mod job;
 mod run_index;
 pub mod runjob;
+mod queue;
 mod sent_status;
 pub mod slots;
 pub mod tenant;
@@ -89,6 +90,14 @@ pub struct Context {
     /// The runs' and tenants' statuses as last sent, so a lagging cache does not make us send one
     /// twice.
     pub sent_status: Arc<sent_status::SentStatus>,
+    /// The objects waiting for each controller's next free worker (a metric).
+    pub queues: Queues,
+}
+
+#[derive(Clone, Default)]
+pub struct Queues {
+    pub tenant: Arc<queue::Queue>,
+    pub runjob: Arc<queue::Queue>,
 }
 
 impl Context {
@@ -121,6 +130,7 @@ impl Context {
             recorder,
             backoff: Arc::default(),
             sent_status: Arc::default(),
+            queues: Queues::default(),
         }
     }
 

@@ -117,6 +117,15 @@ impl RunSlots {
             namespace,
         )
     }
+
+    /// Runs waiting for a slot now (for metrics).
+    pub fn waiting_runs(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) -> usize {
+        let admitted = self.admitted.lock().expect("slots lock");
+        runs.state()
+            .iter()
+            .filter(|r| waiting(r, jobs, &admitted, namespace))
+            .count()
+    }
 }
 
 /// The order of the queue: oldest first, then by name.
@@ -201,6 +210,7 @@ mod tests {
             "the slot is taken"
         );
         assert_eq!(slots.in_flight("ns", &runs, &jobs), 1);
+        assert_eq!(slots.waiting_runs("ns", &runs, &jobs), 1, "young waits");
     }
 
     /// A run whose Job create failed after it was admitted (an API fault) keeps its slot: its retry is

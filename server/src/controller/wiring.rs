@@ -1,6 +1,7 @@
 //! Runs both controllers on shared reflector streams: one watch per kind, one cache per kind, read by
 //! the reconcilers and the dashboard alike.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -12,7 +13,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::{Context, FinishedRuns, RunIndex, TenantIndex, error_policy, runjob, tenant};
+use super::queue::{Key, Queue};
+use super::slots::RunSlots;
+use crate::telemetry::Snapshot;
+use super::{Context, FinishedRuns, Queues, RunIndex, TenantIndex, error_policy, runjob, tenant};
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
@@ -130,6 +134,30 @@ impl Stores {
         cached
             .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
             .collect()
+    }
+
+    /// The gauges `/metrics` shows, counted now: tenants by phase from the tenant index, the rest
+    /// from the caches (the runs are few: finished ones are cleaned up; retrying is read off each
+    /// tenant's conditions).
+    pub fn metrics_snapshot(&self, namespace: &str, slots: &RunSlots) -> Snapshot {
+        let mut tenants_retrying = HashMap::new();
+        for tenant in self.tenants.state() {
+            for condition in tenant.retrying() {
+                *tenants_retrying.entry(condition).or_default() += 1;
+            }
+        }
+        let mut runs = HashMap::new();
+        for run in self.runjobs.state() {
+            *runs.entry(run.phase()).or_default() += 1;
+        }
+        Snapshot {
+            tenants: self.tenant_index.counts(namespace).0,
+            tenants_retrying,
+            runs,
+            runs_in_flight: slots.in_flight(namespace, &self.runjobs, &self.jobs),
+            runs_waiting: slots.waiting_runs(namespace, &self.runjobs, &self.jobs),
+            runs_max_in_flight: slots.cap(),
+        }
     }
 
     pub fn shared() -> (Stores, StoreWriters) {
@@ -428,32 +456,53 @@ pub async fn run_controllers(
         .slots
         .take_wake_ups()
         .expect("the RunJob controller is started once per process");
-    let tenant_controller =
-        Controller::for_shared_stream(subscribe_tenants, ctx.stores.tenants.clone())
-            .with_config(config.clone())
-            .watches_shared_stream(subscribe_runs_a, tenant_of_run)
-            .reconcile_on(markers)
-            .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
-            .graceful_shutdown_on(shutdown.clone())
-            .run(
-                forgetting_failures(tenant::reconcile),
-                report_error("tenant"),
-                Arc::clone(&ctx),
-            )
-            .for_each(|result| log_result("tenant", result));
-    let run_controller =
-        Controller::for_shared_stream(subscribe_runs_b, ctx.stores.runjobs.clone())
-            .with_config(config)
-            .owns_shared_stream(subscribe_jobs)
-            .reconcile_on(slot_wake_ups)
-            .reconcile_all_on(on_leadership_gained(ctx.leader.clone()))
-            .graceful_shutdown_on(shutdown.clone())
-            .run(
-                forgetting_failures(runjob::reconcile),
-                report_error("runjob"),
-                Arc::clone(&ctx),
-            )
-            .for_each(|result| log_result("runjob", result));
+    // Every trigger also queues its object in the controller's mirror of its queue (a metric).
+    let Queues {
+        tenant: tq,
+        runjob: rq,
+    } = ctx.queues.clone();
+    let (tenants, runs) = (ctx.stores.tenants.clone(), ctx.stores.runjobs.clone());
+    let tenant_controller = Controller::for_shared_stream(
+        subscribe_tenants.inspect(queuing(&tq, |t: &Arc<Tenant>| [Key::of(t.as_ref())])),
+        ctx.stores.tenants.clone(),
+    )
+    .with_config(config.clone())
+    .watches_shared_stream(
+        subscribe_runs_a.inspect(queuing(&tq, |r: &Arc<RunJob>| {
+            tenant_of_run(Arc::clone(r)).map(|t| Key::of_ref(&t))
+        })),
+        tenant_of_run,
+    )
+    .reconcile_on(markers.inspect(queuing(&tq, |t: &ObjectRef<Tenant>| [Key::of_ref(t)])))
+    .reconcile_all_on(on_leadership_gained(ctx.leader.clone()).inspect(queuing(
+        &tq,
+        move |()| tenants.state().iter().map(|t| Key::of(t.as_ref())).collect::<Vec<_>>(),
+    )))
+    .graceful_shutdown_on(shutdown.clone())
+    .run(
+        forgetting_failures(("tenant", |q| &q.tenant), tenant::reconcile),
+        report_error("tenant"),
+        Arc::clone(&ctx),
+    )
+    .for_each(move |result| log_result("tenant", Arc::clone(&tq), result));
+    let run_controller = Controller::for_shared_stream(
+        subscribe_runs_b.inspect(queuing(&rq, |r: &Arc<RunJob>| [Key::of(r.as_ref())])),
+        ctx.stores.runjobs.clone(),
+    )
+    .with_config(config)
+    .owns_shared_stream(subscribe_jobs.inspect(queuing(&rq, owner_runs)))
+    .reconcile_on(slot_wake_ups.inspect(queuing(&rq, |r: &ObjectRef<RunJob>| [Key::of_ref(r)])))
+    .reconcile_all_on(on_leadership_gained(ctx.leader.clone()).inspect(queuing(
+        &rq,
+        move |()| runs.state().iter().map(|r| Key::of(r.as_ref())).collect::<Vec<_>>(),
+    )))
+    .graceful_shutdown_on(shutdown.clone())
+    .run(
+        forgetting_failures(("runjob", |q| &q.runjob), runjob::reconcile),
+        report_error("runjob"),
+        Arc::clone(&ctx),
+    )
+    .for_each(move |result| log_result("runjob", Arc::clone(&rq), result));
 
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
     tokio::select! {
@@ -463,8 +512,10 @@ pub async fn run_controllers(
 }
 
 /// `reconcile`, and on its success the object's failures are forgotten: the next failure backs off
-/// from the start again.
+/// from the start again. Its start takes the object out of the controller's queue, and samples how
+/// many others still wait.
 fn forgetting_failures<K, F>(
+    (controller, queue): (&'static str, fn(&Queues) -> &Queue),
     reconcile: impl Fn(Arc<K>, Arc<Context>) -> F,
 ) -> impl Fn(Arc<K>, Arc<Context>) -> futures::future::BoxFuture<'static, F::Output>
 where
@@ -474,6 +525,8 @@ where
         + 'static,
 {
     move |obj, ctx| {
+        let waiting = queue(&ctx.queues).started(&Key::of(obj.as_ref()));
+        ctx.metrics.observe_queue_depth(controller, waiting);
         let key = super::backoff_key(obj.as_ref());
         let reconciled = reconcile(obj, Arc::clone(&ctx));
         Box::pin(async move {
@@ -486,6 +539,25 @@ where
     }
 }
 
+/// An `inspect` for a trigger stream: queues in `queue` the objects `keys` says an item names.
+fn queuing<T, I: IntoIterator<Item = Key>, F: Fn(&T) -> I>(
+    queue: &Arc<Queue>,
+    keys: F,
+) -> impl FnMut(&T) + use<T, I, F> {
+    let queue = Arc::clone(queue);
+    move |item| queue.queued_all(keys(item))
+}
+
+/// The RunJobs that own `job` (the runs its events reconcile).
+fn owner_runs(job: &Arc<Job>) -> Vec<Key> {
+    let ns = job.metadata.namespace.as_deref();
+    kube::ResourceExt::owner_references(job.as_ref())
+        .iter()
+        .filter(|o| o.kind == "RunJob")
+        .map(|o| Key::of_ref(&ObjectRef::<RunJob>::new(&o.name).within(ns.unwrap_or_default())))
+        .collect()
+}
+
 fn report_error<K: kube::Resource<DynamicType = ()>>(
     controller: &'static str,
 ) -> impl Fn(Arc<K>, &super::Error, Arc<Context>) -> kube::runtime::controller::Action {
@@ -495,14 +567,23 @@ fn report_error<K: kube::Resource<DynamicType = ()>>(
     }
 }
 
-async fn log_result<K, E: std::fmt::Display>(
+async fn log_result<K, QE: std::error::Error + 'static, RE: std::error::Error + 'static>(
     controller: &'static str,
-    result: Result<(ObjectRef<K>, kube::runtime::controller::Action), E>,
+    queue: Arc<Queue>,
+    result: Result<
+        (ObjectRef<K>, kube::runtime::controller::Action),
+        kube::runtime::controller::Error<RE, QE>,
+    >,
 ) where
     K: kube::Resource,
 {
     match result {
         Ok((obj, _)) => tracing::debug!(controller, object = %obj, "reconciled"),
+        Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+            // Deleted while it waited: it never reaches a reconcile, so it leaves the queue here.
+            queue.dropped(&Key::of_ref(obj.as_ref()));
+            tracing::debug!(controller, object = %obj, "gone before its reconcile");
+        }
         Err(error) => tracing::warn!(controller, %error, "reconcile failed"),
     }
 }

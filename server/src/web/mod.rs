@@ -21,12 +21,15 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::controller::Stores;
+use crate::controller::slots::RunSlots;
 use crate::telemetry::Metrics;
 
 #[derive(Clone)]
 pub struct ProbeState {
     pub stores: Stores,
     pub metrics: Arc<Metrics>,
+    pub namespace: String,
+    pub slots: Arc<RunSlots>,
 }
 
 pub fn probe_router(state: ProbeState) -> Router {
@@ -52,8 +55,10 @@ async fn metrics(State(state): State<ProbeState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state
-            .metrics
-            .render(&state.stores.tenants.state(), &state.stores.runjobs.state()),
+        state.metrics.render(
+            &state
+                .stores
+                .metrics_snapshot(&state.namespace, &state.slots),
+        ),
     )
 }

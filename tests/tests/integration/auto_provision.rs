@@ -160,10 +160,11 @@ async fn a_failed_automatic_run_is_retried_with_a_delay_doubling_to_five_minutes
         let t = c.tenant("acme").await;
         assert_eq!(t.phase(), Some(TenantPhase::Failed));
         c.sync_stores().await;
-        let metrics = c
-            .ctx
-            .metrics
-            .render(&c.ctx.stores.tenants.state(), &c.ctx.stores.runjobs.state());
+        let metrics = c.ctx.metrics.render(
+            &c.ctx
+                .stores
+                .metrics_snapshot(&c.ctx.config.shared.namespace, &c.ctx.slots),
+        );
         assert!(
             metrics.contains("sentry_tenants_tenants_retrying{condition=\"Provisioned\"} 1")
                 && metrics

@@ -7,8 +7,9 @@ use http_body_util::BodyExt;
 use kube::api::ObjectMeta;
 use kube::client::Body;
 use kube::runtime::watcher;
+use sentry_tenants::controller::slots::RunSlots;
 use sentry_tenants::controller::{Cache, Stores};
-use sentry_tenants::crd::{Tenant, TenantPhase, TenantSpec, TenantStatus};
+use sentry_tenants::crd::{RunJob, Tenant, TenantPhase, TenantSpec, TenantStatus};
 use sentry_tenants::telemetry::Metrics;
 use sentry_tenants::web::{ProbeState, probe_router};
 use tower::ServiceExt;
@@ -21,6 +22,17 @@ async fn get(router: axum::Router, path: &str) -> (StatusCode, String) {
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A Provision run just created: no status, no Job.
+fn new_run() -> RunJob {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "sentry.io/v1alpha1", "kind": "RunJob",
+        "metadata": {"name": "acme-provision-1", "namespace": "ns",
+                     "creationTimestamp": "2026-12-05T10:00:00Z"},
+        "spec": {"tenant": "acme", "action": "Provision"},
+    }))
+    .unwrap()
 }
 
 fn active_tenant() -> Tenant {
@@ -45,6 +57,8 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
     let router = probe_router(ProbeState {
         stores: stores.clone(),
         metrics: Arc::clone(&metrics),
+        namespace: "ns".into(),
+        slots: RunSlots::new(1),
     });
     assert_eq!(get(router.clone(), "/healthz").await.0, StatusCode::OK);
     assert_eq!(
@@ -52,21 +66,28 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
         StatusCode::SERVICE_UNAVAILABLE
     );
 
-    writers.tenants.apply_watcher_event(&watcher::Event::Init);
-    writers
-        .tenants
-        .apply_watcher_event(&watcher::Event::InitApply(active_tenant()));
-    writers
-        .tenants
-        .apply_watcher_event(&watcher::Event::InitDone);
+    // As the operator's watch does: the cache, then the indexes beside it.
+    for ev in [
+        watcher::Event::Init,
+        watcher::Event::InitApply(active_tenant()),
+        watcher::Event::InitDone,
+    ] {
+        writers.tenants.apply_watcher_event(&ev);
+        stores.index_tenant_event(&ev);
+    }
     stores.synced.mark(Cache::Tenants);
     assert_eq!(
         get(router.clone(), "/readyz").await.0,
         StatusCode::SERVICE_UNAVAILABLE,
         "runs and jobs not synced"
     );
-    for ev in [watcher::Event::Init, watcher::Event::InitDone] {
+    for ev in [
+        watcher::Event::Init,
+        watcher::Event::InitApply(new_run()),
+        watcher::Event::InitDone,
+    ] {
         writers.runjobs.apply_watcher_event(&ev);
+        stores.index_run_event(&ev);
     }
     for ev in [watcher::Event::Init, watcher::Event::InitDone] {
         writers.jobs.apply_watcher_event(&ev);
@@ -82,8 +103,22 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
     assert_eq!(get(router.clone(), "/readyz").await.0, StatusCode::OK);
 
     drop(metrics.reconcile_timer("tenant"));
+    metrics.observe_queue_depth("tenant", 3);
     let (status, text) = get(router, "/metrics").await;
     assert_eq!(status, StatusCode::OK);
+    for line in [
+        // A run without a Job, not admitted yet: it waits (for its reconcile here, the slot is free).
+        "sentry_tenants_runs{phase=\"Unknown\"} 1",
+        "sentry_tenants_runs_waiting 1",
+        "sentry_tenants_runs_in_flight 0",
+        "sentry_tenants_runs_max_in_flight 1",
+        // One start with 3 others waiting: above the bucket of 2, within that of 4.
+        "sentry_tenants_reconcile_queue_depth_bucket{le=\"2.0\",controller=\"tenant\"} 0",
+        "sentry_tenants_reconcile_queue_depth_bucket{le=\"4.0\",controller=\"tenant\"} 1",
+        "sentry_tenants_reconcile_queue_depth_sum{controller=\"tenant\"} 3.0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+    }
     assert!(
         text.contains("sentry_tenants_tenants{phase=\"Active\"} 1"),
         "{text}"
