@@ -33,6 +33,8 @@ cargo clippy --locked -p sentry-tenants-app --lib --target wasm32-unknown-unknow
 
 # The release pipeline runs only on a tag, never here: its workflows and krew manifest are linted instead.
 bash scripts/lint-release.sh
+# The alerts and Grafana dashboard `install --monitoring` ships: promtool check and test rules.
+bash scripts/monitoring.sh
 mark "formatting and lints"
 
 # The real control plane tier's cluster: built from tests/cluster/go.mod on first use (cached under
