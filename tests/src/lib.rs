@@ -142,6 +142,7 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         network_policy: false,
         metrics_from_namespaces: Vec::new(),
         image_pull_secret: None,
+        monitoring: false,
         version: env!("CARGO_PKG_VERSION").into(),
     }
     .validate()

@@ -100,6 +100,11 @@ pub struct InstallArgs {
         requires = "network_policy"
     )]
     pub metrics_from_namespaces: Vec<String>,
+    /// Also ship monitoring: a ServiceMonitor and a PrometheusRule with the operator's alerts (applied
+    /// only where the Prometheus Operator's CRDs exist; skipped with a note otherwise), and a Grafana
+    /// dashboard in a ConfigMap labelled grafana_dashboard=1.
+    #[arg(long)]
+    pub monitoring: bool,
     /// Print the bundle instead of applying it; needs no cluster (for GitOps).
     #[arg(long)]
     pub dry_run: bool,
@@ -140,6 +145,7 @@ impl InstallArgs {
             network_policy: self.network_policy,
             metrics_from_namespaces: self.metrics_from_namespaces.clone(),
             image_pull_secret: self.image_pull_secret.clone(),
+            monitoring: self.monitoring,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
         .validate()?)

@@ -11,6 +11,7 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 
 use super::Values;
+use super::monitoring::MONITORING_CRDS;
 use super::progress::Progress;
 use super::wait::{InstallError, api_error, poll};
 
@@ -64,6 +65,8 @@ impl Default for InstallOptions {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct InstallReport {
     pub applied: Vec<String>,
+    /// Objects of another operator's kinds left out because that operator's CRD is not installed.
+    pub skipped: Vec<String>,
     pub pruned: Vec<String>,
     pub kept: Vec<String>,
 }
@@ -100,14 +103,15 @@ pub async fn install(
     opts: &InstallOptions,
     progress: &Progress,
 ) -> Result<InstallReport, InstallError> {
+    let mut report = InstallReport::default();
     let mut objects = values.objects()?;
+    skip_kinds_without_crd(client, &mut objects, progress, &mut report).await?;
     for ns in objects.iter_mut().filter(|o| kind_of(o) == "Namespace") {
         claim_if_new(client, ns).await?;
     }
     let (crds, rest): (Vec<_>, Vec<_>) = objects
         .iter()
         .partition(|o| kind_of(o) == "CustomResourceDefinition");
-    let mut report = InstallReport::default();
 
     let mut applied_crds = Vec::new();
     for crd in &crds {
@@ -141,6 +145,40 @@ pub async fn install(
         prune(client, values, &objects, progress, &mut report).await?;
     }
     Ok(report)
+}
+
+/// Leaves out the objects of the Prometheus Operator's kinds (`--monitoring`) when the cluster lacks
+/// their CRD, saying so: monitoring is an addition, not a reason to fail the install.
+async fn skip_kinds_without_crd(
+    client: &Client,
+    objects: &mut Vec<DynamicObject>,
+    progress: &Progress,
+    report: &mut InstallReport,
+) -> Result<(), InstallError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, _, kind, crd) in MONITORING_CRDS {
+        if !objects.iter().any(|o| kind_of(o) == *kind) {
+            continue;
+        }
+        let exists = crds
+            .get_opt(crd)
+            .await
+            .map_err(|e| api_error(&format!("get CRD {crd}"), &e))?
+            .is_some();
+        if exists {
+            continue;
+        }
+        for obj in objects.iter().filter(|o| kind_of(o) == *kind) {
+            let what = describe_obj(obj);
+            progress.done(&format!(
+                "skipped {what}: the CRD {crd} is not installed (the Prometheus Operator's); \
+                 re-run install with --monitoring once it is"
+            ));
+            report.skipped.push(what);
+        }
+        objects.retain(|o| kind_of(o) != *kind);
+    }
+    Ok(())
 }
 
 /// Marks the namespace as created by install when it does not exist yet (or was created by an earlier
@@ -271,6 +309,13 @@ pub const NAMESPACED_KINDS: &[(&str, &str, &str)] = &[
     ("networking.k8s.io", "v1", "NetworkPolicy"),
 ];
 
+/// Every namespaced kind an install may have applied: its own, and the Prometheus Operator's of
+/// `--monitoring` (whose CRD may be missing: listing them then finds nothing).
+pub fn pruned_kinds() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    let monitoring = MONITORING_CRDS.iter().map(|(g, v, k, _)| (*g, *v, *k));
+    NAMESPACED_KINDS.iter().copied().chain(monitoring)
+}
+
 /// True if our field manager server-side applied `obj`: the identity of what an install made. Labels
 /// alone are not one (anyone can copy them onto anything); `managedFields` is written by the
 /// apiserver, naming who applied.
@@ -298,7 +343,7 @@ async fn prune(
         .map(|o| (kind_of(o).to_owned(), o.name_any()))
         .collect();
     let selector = ListParams::default().labels(BUNDLE_SELECTOR);
-    for (group, version, kind) in NAMESPACED_KINDS {
+    for (group, version, kind) in pruned_kinds() {
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
         let api = Api::namespaced_with(client.clone(), &values.namespace, &resource);
         let scope = format!("{}/", values.namespace);
@@ -352,12 +397,13 @@ async fn prune_kind(
     progress: &Progress,
     report: &mut InstallReport,
 ) -> Result<(), InstallError> {
-    let live = api
-        .list(selector)
-        .await
-        .map_err(|e| api_error(&format!("list {kind}s"), &e))?;
+    let live = match api.list(selector).await {
+        Ok(list) => list.items,
+        // A kind whose CRD is not installed has nothing to prune.
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(api_error(&format!("list {kind}s"), &e)),
+    };
     for obj in live
-        .items
         .into_iter()
         .filter(|o| !wanted.contains(&(kind.to_string(), o.name_any())))
         .filter(applied_by_install)

@@ -4,6 +4,7 @@ pub mod apply;
 pub mod bundle;
 pub mod check;
 pub mod consent;
+pub mod monitoring;
 pub mod progress;
 pub mod pss;
 pub mod rollout;

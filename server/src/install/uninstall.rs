@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::OPERATOR_POD_SELECTOR;
 use super::apply::{
-    BUNDLE_SELECTOR, CREATED_BY_INSTALL, NAMESPACED_KINDS, cluster_roles, cluster_scoped_selector,
+    BUNDLE_SELECTOR, CREATED_BY_INSTALL, cluster_roles, cluster_scoped_selector, pruned_kinds,
 };
 use super::progress::Progress;
 use super::wait::{InstallError, api_error};
@@ -79,7 +79,7 @@ pub async fn uninstall(
     release_finalizers::<Tenant>(client, namespace, TENANT_FINALIZER, progress, &mut report)
         .await?;
 
-    for (group, version, kind) in NAMESPACED_KINDS {
+    for (group, version, kind) in pruned_kinds() {
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let live = match api

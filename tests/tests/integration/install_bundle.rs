@@ -38,6 +38,7 @@ fn values(read_only: bool) -> Values {
         network_policy: false,
         metrics_from_namespaces: Vec::new(),
         image_pull_secret: None,
+        monitoring: false,
         version: "0.1.0".into(),
     }
     .validate()
