@@ -18,6 +18,7 @@ mod isolation;
 mod leader;
 mod limits;
 mod local_dashboard;
+mod monitoring;
 mod node;
 mod operator;
 mod outage;
