@@ -268,7 +268,11 @@ impl Metrics {
                 .set(n as i64);
         }
         for (condition, _) in crate::crd::RETRYING {
-            let n = now.tenants_retrying.get(condition).copied().unwrap_or_default();
+            let n = now
+                .tenants_retrying
+                .get(condition)
+                .copied()
+                .unwrap_or_default();
             let label = ConditionLabel {
                 condition: condition.to_owned(),
             };

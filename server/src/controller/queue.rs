@@ -61,6 +61,15 @@ impl Queue {
         self.lock().remove(key);
     }
 
+    /// How many objects wait now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<Key>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }

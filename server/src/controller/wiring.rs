@@ -15,9 +15,9 @@ use tokio::sync::watch;
 
 use super::queue::{Key, Queue};
 use super::slots::RunSlots;
-use crate::telemetry::Snapshot;
 use super::{Context, FinishedRuns, Queues, RunIndex, TenantIndex, error_policy, runjob, tenant};
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
+use crate::telemetry::Snapshot;
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
 const SHARED_BUFFER: usize = 1024;
@@ -474,10 +474,15 @@ pub async fn run_controllers(
         tenant_of_run,
     )
     .reconcile_on(markers.inspect(queuing(&tq, |t: &ObjectRef<Tenant>| [Key::of_ref(t)])))
-    .reconcile_all_on(on_leadership_gained(ctx.leader.clone()).inspect(queuing(
-        &tq,
-        move |()| tenants.state().iter().map(|t| Key::of(t.as_ref())).collect::<Vec<_>>(),
-    )))
+    .reconcile_all_on(
+        on_leadership_gained(ctx.leader.clone()).inspect(queuing(&tq, move |()| {
+            tenants
+                .state()
+                .iter()
+                .map(|t| Key::of(t.as_ref()))
+                .collect::<Vec<_>>()
+        })),
+    )
     .graceful_shutdown_on(shutdown.clone())
     .run(
         forgetting_failures(("tenant", |q| &q.tenant), tenant::reconcile),
@@ -492,10 +497,14 @@ pub async fn run_controllers(
     .with_config(config)
     .owns_shared_stream(subscribe_jobs.inspect(queuing(&rq, owner_runs)))
     .reconcile_on(slot_wake_ups.inspect(queuing(&rq, |r: &ObjectRef<RunJob>| [Key::of_ref(r)])))
-    .reconcile_all_on(on_leadership_gained(ctx.leader.clone()).inspect(queuing(
-        &rq,
-        move |()| runs.state().iter().map(|r| Key::of(r.as_ref())).collect::<Vec<_>>(),
-    )))
+    .reconcile_all_on(
+        on_leadership_gained(ctx.leader.clone()).inspect(queuing(&rq, move |()| {
+            runs.state()
+                .iter()
+                .map(|r| Key::of(r.as_ref()))
+                .collect::<Vec<_>>()
+        })),
+    )
     .graceful_shutdown_on(shutdown.clone())
     .run(
         forgetting_failures(("runjob", |q| &q.runjob), runjob::reconcile),
@@ -595,6 +604,27 @@ mod tests {
     use std::task::{Context, Poll, Wake, Waker};
 
     use super::*;
+
+    /// A Job's event queues the run that owns it under the key that run's reconcile takes out.
+    #[test]
+    fn a_jobs_owner_run_is_queued_under_the_runs_own_key() {
+        let run: RunJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "RunJob",
+            "metadata": {"name": "acme-provision-1", "namespace": "ns", "uid": "run-uid"},
+            "spec": {"tenant": "acme", "action": "Provision"},
+        }))
+        .unwrap();
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "acme-provision-1", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-a-run", "uid": "u1"},
+                {"apiVersion": "sentry.io/v1alpha1", "kind": "RunJob", "name": "acme-provision-1",
+                 "uid": "run-uid", "controller": true},
+            ]},
+        }))
+        .unwrap();
+        assert_eq!(owner_runs(&Arc::new(job)), [Key::of(&run)]);
+    }
 
     struct Wakes(AtomicUsize);
     impl Wake for Wakes {

@@ -101,7 +101,11 @@ mod tests {
             ..values()
         };
         let with = kinds_and_names(&monitored);
-        let added: Vec<_> = with.iter().filter(|o| !plain.contains(o)).cloned().collect();
+        let added: Vec<_> = with
+            .iter()
+            .filter(|o| !plain.contains(o))
+            .cloned()
+            .collect();
         let pair = |k: &str, n: &str| (k.to_owned(), n.to_owned());
         assert_eq!(
             added,
@@ -136,9 +140,12 @@ mod tests {
         let labels = dashboard.metadata.labels.unwrap();
         assert_eq!(labels["grafana_dashboard"], "1");
         assert_eq!(labels["sentry.io/bundle"], "install");
-        let json: Value =
-            serde_json::from_str(dashboard.data["data"]["sentry-tenants.json"].as_str().unwrap())
-                .unwrap();
+        let json: Value = serde_json::from_str(
+            dashboard.data["data"]["sentry-tenants.json"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(json["uid"], "sentry-tenants");
     }
 
@@ -151,12 +158,17 @@ mod tests {
         };
         let monitor = rendered("ServiceMonitor", &v);
         let service = rendered("Service", &v);
-        let selector = monitor["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        let selector = monitor["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap();
         assert!(!selector.is_empty());
         for (k, want) in selector {
             assert_eq!(&service["metadata"]["labels"][k], want, "label {k}");
         }
-        assert_eq!(monitor["metadata"]["namespace"], service["metadata"]["namespace"]);
+        assert_eq!(
+            monitor["metadata"]["namespace"],
+            service["metadata"]["namespace"]
+        );
         let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
         let ports = service["spec"]["ports"].as_array().unwrap();
         assert!(ports.iter().any(|p| p["name"] == port), "{ports:?}");

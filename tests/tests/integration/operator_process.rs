@@ -117,7 +117,10 @@ async fn readyz_waits_for_every_cache_and_metrics_count_by_phase() {
         "sentry_tenants_reconcile_queue_depth_bucket{le=\"4.0\",controller=\"tenant\"} 1",
         "sentry_tenants_reconcile_queue_depth_sum{controller=\"tenant\"} 3.0",
     ] {
-        assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line {line:?} in:\n{text}"
+        );
     }
     assert!(
         text.contains("sentry_tenants_tenants{phase=\"Active\"} 1"),

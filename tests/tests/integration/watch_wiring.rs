@@ -178,6 +178,7 @@ async fn serve(
 struct Running {
     seen: Seen,
     stores: Stores,
+    ctx: Arc<Context>,
     runs: EventTx,
     jobs: EventTx,
     tenants: EventTx,
@@ -214,13 +215,14 @@ async fn start() -> Running {
     let shutdown = futures::FutureExt::shared(Box::pin(async move {
         let _ = shutdown_rx.wait_for(|s| *s).await;
     }));
-    tokio::spawn(run_controllers(ctx, writers, shutdown));
+    tokio::spawn(run_controllers(Arc::clone(&ctx), writers, shutdown));
     tokio::time::timeout(sentry_tenants_tests::PATIENCE, stores.wait_until_ready())
         .await
         .expect("caches sync from the scripted lists");
     Running {
         seen,
         stores,
+        ctx,
         runs: run_tx,
         jobs: job_tx,
         tenants: tenant_tx,
@@ -268,6 +270,56 @@ async fn a_job_status_event_re_reconciles_the_runjob_that_controls_it() {
         seen.status_patches("runjobs").iter().any(succeeded)
     })
     .await;
+}
+
+/// Every object a trigger queued leaves the controller's queue mirror when its reconcile starts (none
+/// is left behind once the controllers are idle), and every reconcile start samples the depth.
+#[tokio::test]
+async fn the_queue_mirror_drains_and_every_reconcile_samples_it() {
+    let op = start().await;
+    let seen = &op.seen;
+    eventually("the run's and the tenant's first statuses", || {
+        !seen.status_patches("runjobs").is_empty() && !seen.status_patches("tenants").is_empty()
+    })
+    .await;
+    let done = job(
+        json!({"succeeded": 1, "completionTime": "2026-11-30T12:00:00Z",
+                          "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-30T12:00:00Z"}]}),
+    );
+    op.jobs
+        .send(json!({"type": "MODIFIED", "object": done}))
+        .unwrap();
+    eventually("RunJob status patched to Succeeded", || {
+        seen.status_patches("runjobs")
+            .iter()
+            .any(|p| p["status"]["phase"] == "Succeeded")
+    })
+    .await;
+    let queues = &op.ctx.queues;
+    eventually("both queues empty", || {
+        queues.tenant.is_empty() && queues.runjob.is_empty()
+    })
+    .await;
+    let text = op.ctx.metrics.render(&Default::default());
+    let value = |line_start: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .unwrap_or_else(|| panic!("no {line_start} in\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    for controller in ["tenant", "runjob"] {
+        let label = format!("{{controller=\"{controller}\"}}");
+        let started = value(&format!("sentry_tenants_reconciles_total{label}"));
+        assert!(started >= 1.0, "{controller}: {started} reconciles");
+        assert_eq!(
+            value(&format!(
+                "sentry_tenants_reconcile_queue_depth_count{label}"
+            )),
+            started,
+            "{controller}: one depth sample per reconcile"
+        );
+    }
 }
 
 #[tokio::test]
