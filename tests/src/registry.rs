@@ -1,6 +1,6 @@
 //! A real image registry for the push tests: Debian's docker-registry (the CNCF distribution, the
 //! same v2 API as Harbor, GHCR or ECR speak), serving TLS with a certificate from a private CA made
-//! here and asking for basic auth against an htpasswd file.
+//! here, and asking for basic auth against an htpasswd file unless started open.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,14 +23,33 @@ impl TestRegistry {
     /// Starts a registry on `ip` whose only account is `username`/`password`, in a fresh `dir`;
     /// returns once it listens.
     pub async fn start(dir: &Path, ip: &str, username: &str, password: &str) -> Self {
+        Self::serve(dir, ip, Some((username, password))).await
+    }
+
+    /// A registry anyone may push to and pull from (over TLS from the private CA all the same): a
+    /// team registry inside a network, which the README's quick start pushes to.
+    pub async fn open(dir: &Path, ip: &str) -> Self {
+        Self::serve(dir, ip, None).await
+    }
+
+    async fn serve(dir: &Path, ip: &str, account: Option<(&str, &str)>) -> Self {
         let _ = std::fs::remove_dir_all(dir);
         let cert_dir = dir.join("certs");
         std::fs::create_dir_all(&cert_dir).unwrap();
         crate::tls::make_ca(dir, "ca");
         crate::tls::make_server_cert(dir, "ca", "registry", ip);
         std::fs::copy(dir.join("ca.crt"), cert_dir.join("ca.crt")).unwrap();
-        let hash = bcrypt::hash(password, 4).expect("bcrypt");
-        std::fs::write(dir.join("htpasswd"), format!("{username}:{hash}\n")).unwrap();
+        let auth = match account {
+            Some((username, password)) => {
+                let hash = bcrypt::hash(password, 4).expect("bcrypt");
+                std::fs::write(dir.join("htpasswd"), format!("{username}:{hash}\n")).unwrap();
+                format!(
+                    "auth:\n  htpasswd: {{realm: sentry-tenants-test, path: {}}}\n",
+                    dir.join("htpasswd").display()
+                )
+            }
+            None => String::new(),
+        };
         let address = format!("{ip}:{}", crate::free_port());
         let config = dir.join("registry.yaml");
         std::fs::write(
@@ -39,11 +58,10 @@ impl TestRegistry {
                 "version: 0.1\nlog: {{level: error}}\n\
                  storage: {{filesystem: {{rootdirectory: {data}}}}}\n\
                  http:\n  addr: {address}\n  secret: sentry-tenants-test\n  tls: {{certificate: {crt}, key: {key}}}\n\
-                 auth:\n  htpasswd: {{realm: sentry-tenants-test, path: {htpasswd}}}\n",
+                 {auth}",
                 data = dir.join("data").display(),
                 crt = dir.join("registry.crt").display(),
                 key = dir.join("registry.key").display(),
-                htpasswd = dir.join("htpasswd").display(),
             ),
         )
         .unwrap();
@@ -60,8 +78,8 @@ impl TestRegistry {
             address,
             ca: dir.join("ca.crt"),
             cert_dir,
-            username: username.to_owned(),
-            password: password.to_owned(),
+            username: account.map(|a| a.0).unwrap_or_default().to_owned(),
+            password: account.map(|a| a.1).unwrap_or_default().to_owned(),
             _process: process,
         };
         crate::control_plane::wait_until("the test registry to listen", async || {
@@ -74,10 +92,12 @@ impl TestRegistry {
     /// `skopeo inspect --raw` of `reference` as the registry's account: the manifest's bytes, or
     /// skopeo's error.
     pub fn manifest(&self, reference: &str) -> Result<Vec<u8>, String> {
-        let out = Command::new("skopeo")
-            .args(["inspect", "--raw", "--cert-dir"])
-            .arg(&self.cert_dir)
-            .args(["--creds", &format!("{}:{}", self.username, self.password)])
+        let mut skopeo = Command::new("skopeo");
+        skopeo.args(["inspect", "--raw", "--cert-dir"]).arg(&self.cert_dir);
+        if !self.username.is_empty() {
+            skopeo.args(["--creds", &format!("{}:{}", self.username, self.password)]);
+        }
+        let out = skopeo
             .arg(format!("docker://{reference}"))
             .output()
             .expect("skopeo (scripts/setup.sh installs it)");

@@ -22,7 +22,7 @@ use crate::{Setup, setup};
 const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
 
 /// A directory of the test's own under cargo's scratch directory (target/tmp), emptied first.
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("image")
         .join(name);
@@ -46,7 +46,7 @@ fn run(command: &mut Command) -> String {
 
 /// The project binary without its debug sections (as `scripts/image.sh` exports it): made once per
 /// test process and shared, since every test here exports the same binary.
-fn stripped_binary() -> PathBuf {
+pub(crate) fn stripped_binary() -> PathBuf {
     static STRIPPED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     STRIPPED
         .get_or_init(|| {

@@ -25,6 +25,7 @@ mod outage;
 mod ownership;
 mod provision;
 mod rbac;
+mod readme;
 mod reclaim;
 mod replicas;
 mod restart_drill;
