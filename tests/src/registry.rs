@@ -93,7 +93,9 @@ impl TestRegistry {
     /// skopeo's error.
     pub fn manifest(&self, reference: &str) -> Result<Vec<u8>, String> {
         let mut skopeo = Command::new("skopeo");
-        skopeo.args(["inspect", "--raw", "--cert-dir"]).arg(&self.cert_dir);
+        skopeo
+            .args(["inspect", "--raw", "--cert-dir"])
+            .arg(&self.cert_dir);
         if !self.username.is_empty() {
             skopeo.args(["--creds", &format!("{}:{}", self.username, self.password)]);
         }

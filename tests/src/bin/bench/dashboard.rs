@@ -16,6 +16,16 @@ use tower::ServiceExt;
 use crate::figure;
 use crate::report::{Goal, Section};
 
+/// The overview and tenants pages rendered every time, p50 against the static copy: at most this.
+const DEFEATED_P50_GOAL: f64 = 5.0;
+/// The same p50 at the largest scale measured against the smallest: at most this (flat in tenants).
+pub const SCALING_GOAL: f64 = 1.5;
+
+/// The name of a page's p50 figure with the page cache defeated, uncompressed.
+pub fn defeated_p50(page: &str) -> String {
+    format!("{page}, page cache defeated: p50 latency")
+}
+
 /// Load per measurement: `wrk` threads, connections, seconds.
 const THREADS: usize = 1;
 const CONNECTIONS: usize = 16;
@@ -51,43 +61,51 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
     let mut figures = Vec::new();
     for (i, (label, path)) in pages.iter().enumerate() {
         let bytes = rendered[i];
-        let fixed = load(&format!("{base}/static/{i}.html"), Cache::Used).await;
-        for cache in [Cache::Defeated, Cache::Used] {
-            let dynamic = load(&format!("{base}{path}"), cache).await;
-            let how = cache.label();
-            for (stat, page_ms, static_ms) in [
-                ("p50", dynamic.p50_ms, fixed.p50_ms),
-                ("p99", dynamic.p99_ms, fixed.p99_ms),
-            ] {
+        for encoding in [Encoding::Identity, Encoding::Gzip] {
+            let fixed = load(&format!("{base}/static/{i}.html"), Cache::Used, encoding).await;
+            for cache in [Cache::Defeated, Cache::Used] {
+                let dynamic = load(&format!("{base}{path}"), cache, encoding).await;
+                let how = format!("{}{}", cache.label(), encoding.label());
+                for (stat, page_ms, static_ms) in [
+                    ("p50", dynamic.p50_ms, fixed.p50_ms),
+                    ("p99", dynamic.p99_ms, fixed.p99_ms),
+                ] {
+                    figures.push(
+                        figure(format!("{label}, {how}: {stat} latency"), page_ms, "ms")
+                            .note(format!("static copy {static_ms:.2} ms; page {bytes} bytes")),
+                    );
+                    let ratio = figure(
+                        format!("{label}, {how}: {stat} vs static copy"),
+                        page_ms / static_ms,
+                        "×",
+                    );
+                    figures.push(match (cache, encoding, stat, *label) {
+                        // Issue 29's goal: a page of 50 rows costs about what a static page does,
+                        // whatever the fleet's size (the runs page was never a fleet-wide walk).
+                        (Cache::Defeated, Encoding::Identity, "p50", "overview" | "tenants page") => {
+                            ratio.goal(Goal::AtMost(DEFEATED_P50_GOAL))
+                        }
+                        // Rendering from the caches is the cost measured here; no goal but the figure.
+                        (Cache::Defeated, ..) => ratio,
+                        (Cache::Used, ..) => ratio.goal(Goal::AtMost(2.0)).why_missed(
+                            "a reused page is copied with a fresh nonce and rendered anew once a second; at \
+                             sub-millisecond latencies on 2 cores shared with the load generator that shows, and \
+                             p99 is mostly scheduling noise",
+                        ),
+                    });
+                }
                 figures.push(
-                    figure(format!("{label}, {how}: {stat} latency"), page_ms, "ms")
-                        .note(format!("static copy {static_ms:.2} ms; page {bytes} bytes")),
+                    figure(format!("{label}, {how}: throughput"), dynamic.rps, "req/s")
+                        .note(format!("static copy {:.0} req/s", fixed.rps)),
                 );
-                let ratio = figure(
-                    format!("{label}, {how}: {stat} vs static copy"),
-                    page_ms / static_ms,
-                    "×",
-                );
-                figures.push(match cache {
-                    // Rendering from the caches is the cost measured here; no goal but the figure.
-                    Cache::Defeated => ratio,
-                    Cache::Used => ratio.goal(Goal::AtMost(2.0)).why_missed(
-                        "a reused page is copied with a fresh nonce and rendered anew once a second; at \
-                         sub-millisecond latencies on 2 cores shared with the load generator that shows, and \
-                         p99 is mostly scheduling noise",
-                    ),
-                });
             }
-            figures.push(
-                figure(format!("{label}, {how}: throughput"), dynamic.rps, "req/s")
-                    .note(format!("static copy {:.0} req/s", fixed.rps)),
-            );
         }
     }
     server.abort();
     Section::new(title, figures).remark(format!(
-        "`wrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s --latency` on loopback, uncompressed (no \
-         Accept-Encoding); the tenants and runs lists show their first page (50 rows). *Page cache \
+        "`wrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s --latency` on loopback, each load twice: \
+         uncompressed (no Accept-Encoding) and *gzip* (`Accept-Encoding: gzip`, as a browser asks; the \
+         static copy then compressed by the same layer); the tenants and runs lists show their first page (50 rows). *Page cache \
          defeated*: every request carries a query string of its own (a `wrk` Lua script counts), so every \
          page is rendered from the caches — the cost of a list at {n} tenants. *Page cache used*: the same \
          URL each time, so a page is rendered once per change of the caches or second of the clock and \
@@ -108,6 +126,22 @@ impl Cache {
         match self {
             Self::Defeated => "page cache defeated",
             Self::Used => "page cache used",
+        }
+    }
+}
+
+/// What the load generator accepts: no compression, or gzip as a browser asks for it.
+#[derive(Debug, Clone, Copy)]
+enum Encoding {
+    Identity,
+    Gzip,
+}
+
+impl Encoding {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Identity => "",
+            Self::Gzip => ", gzip",
         }
     }
 }
@@ -163,7 +197,7 @@ pub struct Load {
 }
 
 /// Runs `wrk` against `url` (on a blocking thread: the server shares this runtime).
-async fn load(url: &str, cache: Cache) -> Load {
+async fn load(url: &str, cache: Cache, encoding: Encoding) -> Load {
     let url = url.to_owned();
     let out = tokio::task::spawn_blocking(move || {
         let mut wrk = std::process::Command::new("wrk");
@@ -173,6 +207,9 @@ async fn load(url: &str, cache: Cache) -> Load {
             &format!("-d{SECONDS}s"),
             "--latency",
         ]);
+        if matches!(encoding, Encoding::Gzip) {
+            wrk.args(["-H", "Accept-Encoding: gzip"]);
+        }
         let script = std::env::temp_dir().join("sentry-tenants-bench-unique-queries.lua");
         if matches!(cache, Cache::Defeated) {
             std::fs::write(&script, UNIQUE_QUERIES).expect("write the wrk script");

@@ -54,6 +54,42 @@ fn only(section: &str, scales: &[usize]) -> anyhow::Result<Vec<Section>> {
     })
 }
 
+/// The overview's and tenants page's rendering cost at the largest scale against the smallest, from
+/// the dashboard sections already measured: flat in the number of tenants is the goal.
+fn scaling(sections: &[Section], scales: &[usize]) -> Section {
+    let (small, large) = (scales[0], *scales.last().unwrap());
+    let p50 = |n: usize, page: &str| {
+        let title = format!("Dashboard, {n} tenants");
+        let name = dashboard::defeated_p50(page);
+        sections
+            .iter()
+            .find(|s| s.title == title)
+            .and_then(|s| s.figures.iter().find(|f| f.name == name))
+            .map(|f| f.value)
+    };
+    let figures = ["overview", "tenants page"]
+        .iter()
+        .filter_map(|page| {
+            let (a, b) = (p50(small, page)?, p50(large, page)?);
+            Some(
+                figure(
+                    format!("{page}, page cache defeated: p50 at {large} ÷ p50 at {small}"),
+                    b / a,
+                    "×",
+                )
+                .goal(report::Goal::AtMost(dashboard::SCALING_GOAL))
+                .note(format!("{b:.2} ms ÷ {a:.2} ms")),
+            )
+        })
+        .collect::<Vec<_>>();
+    let remark = if figures.is_empty() {
+        "Not measured: the dashboard sections were skipped (see them).".to_owned()
+    } else {
+        format!("Read from the two dashboard sections above ({small} and {large} tenants).")
+    };
+    Section::new("Dashboard, flat in the number of tenants", figures).remark(remark)
+}
+
 /// Tenant counts the reconcile and dashboard sections run at.
 const SCALES: [usize; 2] = [1_000, 10_000];
 
@@ -106,6 +142,7 @@ fn main() -> anyhow::Result<()> {
                 sections.push(sse::measure(&fleet.cluster).await);
             }
         }
+        sections.push(scaling(&sections, &scales));
         eprintln!("bench: install");
         sections.push(install::measure().await);
         eprintln!("bench: real control plane, {} tenants", cluster::TENANTS);
@@ -134,19 +171,36 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The best (smallest) of `runs` timings of `f`, in seconds: the least disturbed by the rest of the machine.
-pub async fn best_of<F, Fut>(runs: usize, mut f: F) -> f64
+/// The fastest and the slowest of `runs` timings of `f`, in seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// The least disturbed by the rest of the machine: the figure kept.
+    pub best: f64,
+    pub worst: f64,
+}
+
+impl Timings {
+    /// Slowest / fastest: how far one repetition can be from another on this machine now. A baseline
+    /// whose spread is wide makes every ratio against it noise.
+    pub fn spread(&self) -> f64 {
+        self.worst / self.best
+    }
+}
+
+pub async fn timings<F, Fut>(runs: usize, mut f: F) -> Timings
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let mut best = f64::INFINITY;
+    let (mut best, mut worst) = (f64::INFINITY, 0f64);
     for _ in 0..runs {
         let t = std::time::Instant::now();
         f().await;
-        best = best.min(t.elapsed().as_secs_f64());
+        let secs = t.elapsed().as_secs_f64();
+        best = best.min(secs);
+        worst = worst.max(secs);
     }
-    best
+    Timings { best, worst }
 }
 
 pub fn figure(name: impl Into<String>, value: f64, unit: &str) -> Figure {

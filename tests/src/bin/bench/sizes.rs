@@ -43,7 +43,9 @@ pub fn measure(root: &Path) -> Section {
     let bundle: Figure = figure("wasm + JS, gzip -9", kib(gzipped), "KiB")
         .goal(Goal::AtMost(BUNDLE_GOAL_KIB))
         .note(format!("raw {:.1} KiB", kib(raw)))
-        .why_missed("docs/benchmarks.md: what the module is made of, and each thing tried with its figure");
+        .why_missed(
+            "docs/benchmarks.md: what the module is made of, and each thing tried with its figure",
+        );
     figures.push(bundle);
     remarks.push(TRIED.to_owned());
     Section::new("Sizes", figures).remark(remarks.join(" "))
