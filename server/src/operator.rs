@@ -108,6 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             permissions,
             acting_as: crate::web::actions::ActingAs::Operator,
             clock: Clock::System,
+            leader: Default::default(),
         }),
         actions: Arc::new(crate::web::actions::Actions {
             client: client.clone(),

@@ -469,6 +469,7 @@ impl Operator {
                 permissions: Permissions::fixed(Allowed::ALL),
                 acting_as: sentry_tenants::web::actions::ActingAs::Operator,
                 clock: Clock::System,
+                leader: Default::default(),
             }),
             actions: Arc::new(Actions {
                 client: self.ctx.client.clone(),

@@ -1609,6 +1609,7 @@ pub mod dashboard {
                 }),
                 acting_as: sentry_tenants::web::actions::ActingAs::Operator,
                 clock: c.clock.clone(),
+                leader: Default::default(),
             }),
             actions: Arc::new(Actions {
                 client: c.client.clone(),

@@ -37,6 +37,30 @@ pub struct ClusterBackend {
     /// Whose credentials the actions are made with: the same value the actions hold.
     pub acting_as: ActingAs,
     pub clock: Clock,
+    /// The leader Lease's holder as last read, for the overview.
+    pub leader: LeaderSeen,
+}
+
+/// How long the overview shows the leader it read before reading the Lease again: one GET per this
+/// long whatever the number of page views (a change of leader is rare and shown seconds late).
+pub const LEADER_READ_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+
+/// The leader Lease's holder and when it was read.
+#[derive(Default)]
+pub struct LeaderSeen(std::sync::Mutex<Option<(jiff::Timestamp, Option<String>)>>);
+
+impl LeaderSeen {
+    /// The holder read at most [`LEADER_READ_EVERY`] before `now`, else none.
+    fn fresh(&self, now: jiff::Timestamp) -> Option<Option<String>> {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.as_ref()
+            .filter(|(at, _)| now.duration_since(*at) < LEADER_READ_EVERY)
+            .map(|(_, holder)| holder.clone())
+    }
+
+    fn remember(&self, now: jiff::Timestamp, holder: Option<String>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, holder));
+    }
 }
 
 fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
@@ -217,6 +241,23 @@ fn newest_first(runs: &mut [Arc<RunJob>]) {
     });
 }
 
+impl ClusterBackend {
+    /// Who holds the leader Lease: read from the API at most once per [`LEADER_READ_EVERY`]. A failed
+    /// read shows no leader and is not remembered.
+    async fn leader(&self, now: jiff::Timestamp) -> Option<String> {
+        if let Some(holder) = self.leader.fresh(now) {
+            return holder;
+        }
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let lease = leases.get_opt(LEASE_NAME).await.ok()?;
+        let holder = lease
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty());
+        self.leader.remember(now, holder.clone());
+        holder
+    }
+}
+
 impl Backend for ClusterBackend {
     fn meta(&self) -> Meta {
         Meta {
@@ -251,14 +292,7 @@ impl Backend for ClusterBackend {
             let finished = &self.stores.finished_runs;
             let first = insights::first_hour(now);
             let per_hour = finished.per_hour(&self.namespace, first, insights::HOURS);
-            let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-            let leader = leases
-                .get_opt(LEASE_NAME)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec?.holder_identity)
-                .filter(|h| !h.is_empty());
+            let leader = self.leader(now).await;
             Overview {
                 tenants_total,
                 tenants_by_phase,

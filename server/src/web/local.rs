@@ -85,6 +85,7 @@ pub async fn serve_local(
             permissions,
             acting_as: acting_as.clone(),
             clock: Clock::System,
+            leader: Default::default(),
         }),
         actions: Arc::new(Actions {
             client,

@@ -104,9 +104,10 @@ async fn the_readme_install_block_runs_as_written() {
                     .stderr(std::fs::File::create(dir.join("dashboard.log")).unwrap()),
             )
             .unwrap();
-            let page = wait_until("the dashboard's page through the port-forward", async || {
-                http_get(&format!("127.0.0.1:{port}"), "/").await.ok()
-            })
+            let page = wait_until(
+                "the dashboard's page through the port-forward",
+                async || http_get(&format!("127.0.0.1:{port}"), "/").await.ok(),
+            )
             .await;
             assert!(page.contains("sentry-tenants"), "{page}");
             continue;

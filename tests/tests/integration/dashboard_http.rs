@@ -1569,3 +1569,56 @@ fn no_redirect_leaves_the_origin_whatever_the_path_begins_with() {
         assert!(redirects >= 2 * routes.len() * 2, "{redirects} redirects");
     });
 }
+
+/// The overview names the Lease's holder, read from the API at most once per
+/// `LEADER_READ_EVERY` however many times the page is rendered (each render here defeats the page
+/// cache): page views cost no API request each, and a new leader shows within those seconds.
+#[test]
+fn the_overview_reads_the_leader_lease_once_per_interval_not_per_view() {
+    block_on(async {
+        use k8s_openapi::api::coordination::v1::Lease;
+        use kube::api::{Api, Patch, PatchParams, PostParams};
+        let c = cluster_with_tenants().await;
+        let leases: Api<Lease> = Api::namespaced(c.admin.clone(), sentry_tenants_tests::NS);
+        let holder = |who: &str| {
+            serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "sentry-tenants-leader"}, "spec": {"holderIdentity": who}})
+        };
+        leases
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(holder("pod-a")).unwrap(),
+            )
+            .await
+            .unwrap();
+        let router = dashboard_router(&c, false);
+        let lease_reads = || c.log.count(|r| r.path.contains("/leases/"));
+        c.log.clear();
+        for view in 0..5 {
+            let page = get(router.clone(), &format!("/?view={view}")).await;
+            assert!(page.body.contains("<code>pod-a</code>"), "{}", page.body);
+        }
+        assert_eq!(lease_reads(), 1, "one read for five views");
+
+        leases
+            .patch(
+                "sentry-tenants-leader",
+                &PatchParams::default(),
+                &Patch::Merge(holder("pod-b")),
+            )
+            .await
+            .unwrap();
+        c.clock.advance(
+            sentry_tenants::web::backend::LEADER_READ_EVERY - jiff::SignedDuration::from_millis(1),
+        );
+        let page = get(router.clone(), "/?view=stale").await;
+        assert!(
+            page.body.contains("<code>pod-a</code>"),
+            "still the one read"
+        );
+        c.clock.advance(jiff::SignedDuration::from_millis(1));
+        let page = get(router.clone(), "/?view=fresh").await;
+        assert!(page.body.contains("<code>pod-b</code>"), "{}", page.body);
+        assert_eq!(lease_reads(), 2);
+    })
+}
