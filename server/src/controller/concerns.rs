@@ -112,3 +112,73 @@ pub fn concerns(t: &Tenant, now: Timestamp) -> Vec<Concern> {
 fn minutes(d: SignedDuration) -> String {
     format!("{} min", d.as_secs() / 60)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tenant in `phase` whose `Ready` condition changed at `since`, deleted at `deleted`.
+    fn tenant(phase: TenantPhase, since: &str, deleted: Option<&str>) -> Tenant {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": "acme", "namespace": "ns", "deletionTimestamp": deleted},
+            "spec": {},
+            "status": {"phase": phase.as_str(), "conditions": [
+                {"type": "Ready", "status": "False", "reason": "Waiting", "message": "",
+                 "lastTransitionTime": since},
+            ]},
+        }))
+        .unwrap()
+    }
+
+    fn at(t: &str) -> Timestamp {
+        t.parse().unwrap()
+    }
+
+    fn whats(t: &Tenant, now: &str) -> Vec<(u8, String)> {
+        concerns(t, at(now))
+            .into_iter()
+            .map(|c| (c.urgency, c.what))
+            .collect()
+    }
+
+    #[test]
+    fn provisioning_is_a_concern_only_after_ten_minutes() {
+        let t = tenant(TenantPhase::Provisioning, "2026-12-05T10:00:00Z", None);
+        assert!(whats(&t, "2026-12-05T10:05:00Z").is_empty());
+        assert!(
+            whats(&t, "2026-12-05T10:10:00Z").is_empty(),
+            "ten minutes exactly"
+        );
+        assert_eq!(
+            whats(&t, "2026-12-05T10:10:01Z"),
+            [(1, "Provisioning for 10 min".to_owned())]
+        );
+        assert!(may_concern(&t), "it will be one if nothing changes");
+    }
+
+    #[test]
+    fn a_deleted_tenant_is_a_concern_only_after_ten_minutes_terminating() {
+        let t = tenant(
+            TenantPhase::Terminating,
+            "2026-12-05T10:00:00Z",
+            Some("2026-12-05T10:00:00Z"),
+        );
+        assert!(whats(&t, "2026-12-05T10:05:00Z").is_empty());
+        assert!(
+            whats(&t, "2026-12-05T10:10:00Z").is_empty(),
+            "ten minutes exactly"
+        );
+        assert_eq!(
+            whats(&t, "2026-12-05T10:11:00Z"),
+            [(1, "Terminating for 11 min".to_owned())]
+        );
+    }
+
+    #[test]
+    fn an_active_tenant_never_is() {
+        let t = tenant(TenantPhase::Active, "2026-12-05T10:00:00Z", None);
+        assert!(whats(&t, "2026-12-06T10:00:00Z").is_empty());
+        assert!(!may_concern(&t));
+    }
+}
