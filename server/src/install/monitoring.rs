@@ -76,6 +76,13 @@ mod tests {
     use super::*;
     use crate::install::bundle::tests::values;
 
+    fn monitored() -> crate::install::Values {
+        crate::install::Values {
+            monitoring: true,
+            ..values()
+        }
+    }
+
     fn kinds_and_names(v: &crate::install::Values) -> Vec<(String, String)> {
         v.objects()
             .unwrap()
@@ -96,11 +103,7 @@ mod tests {
     #[test]
     fn the_monitoring_objects_come_only_with_the_flag() {
         let plain = kinds_and_names(&values());
-        let monitored = crate::install::Values {
-            monitoring: true,
-            ..values()
-        };
-        let with = kinds_and_names(&monitored);
+        let with = kinds_and_names(&monitored());
         let added: Vec<_> = with
             .iter()
             .filter(|o| !plain.contains(o))
@@ -122,10 +125,7 @@ mod tests {
     /// them, and the dashboard also the label Grafana's sidecar looks for.
     #[test]
     fn the_monitoring_objects_carry_the_bundle_labels() {
-        let v = crate::install::Values {
-            monitoring: true,
-            ..values()
-        };
+        let v = monitored();
         for kind in ["ServiceMonitor", "PrometheusRule"] {
             let labels = &rendered(kind, &v)["metadata"]["labels"];
             assert_eq!(labels["sentry.io/bundle"], "install", "{kind}");
@@ -152,10 +152,7 @@ mod tests {
     /// The ServiceMonitor selects the metrics Service the bundle ships, by its labels and port name.
     #[test]
     fn the_service_monitor_selects_the_metrics_service_and_port() {
-        let v = crate::install::Values {
-            monitoring: true,
-            ..values()
-        };
+        let v = monitored();
         let monitor = rendered("ServiceMonitor", &v);
         let service = rendered("Service", &v);
         let selector = monitor["spec"]["selector"]["matchLabels"]
@@ -176,10 +173,7 @@ mod tests {
 
     #[test]
     fn the_prometheus_rule_carries_every_alert() {
-        let v = crate::install::Values {
-            monitoring: true,
-            ..values()
-        };
+        let v = monitored();
         let rule = rendered("PrometheusRule", &v);
         let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
             .as_array()
