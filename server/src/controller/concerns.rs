@@ -175,6 +175,34 @@ mod tests {
         );
     }
 
+    /// A Deprovision run that fails is a concern at once, the most urgent kind, with its message.
+    #[test]
+    fn a_failing_deprovision_is_a_concern_before_ten_minutes() {
+        let mut t = tenant(
+            TenantPhase::Terminating,
+            "2026-12-05T10:00:00Z",
+            Some("2026-12-05T10:00:00Z"),
+        );
+        let conditions = &mut t.status.as_mut().unwrap().conditions;
+        conditions.push(
+            serde_json::from_value(serde_json::json!({
+                "type": "Reclaimed", "status": "False", "reason": "DeprovisionRetrying",
+                "message": "ClickHouse refused DROP USER", "lastTransitionTime": "2026-12-05T10:00:30Z",
+            }))
+            .unwrap(),
+        );
+        let found = concerns(&t, at("2026-12-05T10:01:00Z"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (
+                found[0].urgency,
+                found[0].what.as_str(),
+                found[0].detail.as_str()
+            ),
+            (0, "Terminating for 1 min", "ClickHouse refused DROP USER")
+        );
+    }
+
     #[test]
     fn an_active_tenant_never_is() {
         let t = tenant(TenantPhase::Active, "2026-12-05T10:00:00Z", None);
