@@ -89,9 +89,12 @@ mod tests {
     #[test]
     fn an_object_named_by_several_triggers_waits_once() {
         let queue = Queue::default();
+        assert!(queue.is_empty());
         queue.queued(key("a"));
         queue.queued(key("a"));
         queue.queued(key("b"));
+        assert_eq!(queue.len(), 2);
+        assert!(!queue.is_empty());
         assert_eq!(queue.started(&key("a")), 1, "b still waits");
         assert_eq!(queue.started(&key("b")), 0);
     }
