@@ -8,6 +8,7 @@
 //!   cluster's, both first on `PATH`, with `KUBECONFIG` the cluster admin's;
 //! - `sentry-tenants dashboard` gets `--no-browser --port <free port>` (no browser here, and 8080 may
 //!   be taken), runs until its page answers, and is stopped.
+//!
 //! The ClickHouse URL stays the README's: nothing in these commands connects to ClickHouse.
 
 use std::path::Path;
