@@ -27,6 +27,20 @@ pub struct ClusterArgs {
 
 static SELECTED: OnceLock<ClusterArgs> = OnceLock::new();
 
+/// What the process calls itself in every request's User-Agent (the audit log's `userAgent`), set
+/// once by a command that wants more than the default `sentry-tenants/<version>`: an operator says
+/// which shard it reconciles.
+static USER_AGENT: OnceLock<String> = OnceLock::new();
+
+/// Names the process in its requests: `sentry-tenants/<version> <role>`.
+pub fn identify_as(role: &str) {
+    let _ = USER_AGENT.set(format!("{} {role}", default_user_agent()));
+}
+
+fn default_user_agent() -> String {
+    format!("sentry-tenants/{}", env!("CARGO_PKG_VERSION"))
+}
+
 /// Records the command line's choice once, before any command connects.
 pub fn select(args: ClusterArgs) {
     let _ = SELECTED.set(args);
@@ -76,7 +90,11 @@ async fn client_for(args: &ClusterArgs, read_timeout: Option<Duration>) -> Resul
     client_from(config)
 }
 
-fn client_from(config: kube::Config) -> Result<Client, String> {
+fn client_from(mut config: kube::Config) -> Result<Client, String> {
+    let agent = USER_AGENT.get().cloned().unwrap_or_else(default_user_agent);
+    if let Ok(agent) = http::HeaderValue::from_str(&agent) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     if let Some(exec) = &config.auth_info.exec {
         let words: Vec<String> = exec
             .command

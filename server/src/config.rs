@@ -52,6 +52,19 @@ pub struct OperatorConfig {
         value_parser = clap::value_parser!(u16).range(1..=256)
     )]
     pub max_concurrent_reconciles: u16,
+    /// Every shard of this install (`install --shards`). Empty: one operator reconciles every tenant.
+    /// Set: the operator started without `--shard` is the main one, which assigns unlabelled tenants
+    /// to a shard (the `sentry.io/shard` label) and reconciles only the runs whose tenant is gone.
+    #[arg(
+        long,
+        env = "SENTRY_TENANTS_SHARDS",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub shards: Vec<String>,
+    /// The shard this operator reconciles: the tenants labelled `sentry.io/shard=<NAME>` and their runs.
+    #[arg(long, env = "SENTRY_TENANTS_SHARD", value_name = "NAME")]
+    pub shard: Option<String>,
 }
 
 /// The highest `--max-concurrent-runs` accepted.
@@ -74,6 +87,7 @@ impl OperatorConfig {
         ValueError::check_cluster(self.clickhouse_cluster.as_deref())?;
         ValueError::check_prefix(self.clickhouse_prefix.as_deref())?;
         ValueError::check_ca_configmap(self.clickhouse_ca_configmap.as_deref())?;
+        ValueError::check_shards(&self.shards, self.shard.as_deref())?;
         if !is_absolute_path(&self.shared.tantivy_root) {
             return Err(ValueError::TantivyRoot(self.shared.tantivy_root.clone()));
         }
@@ -96,6 +110,8 @@ impl OperatorConfig {
             clickhouse_ca_configmap: None,
             max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
+            shards: Vec::new(),
+            shard: None,
         }
     }
 }

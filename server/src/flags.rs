@@ -76,7 +76,20 @@ pub enum ValueError {
         "--metrics-from-namespace {0:?} is not a valid namespace name (lowercase letters, digits and '-', at most 63 characters)"
     )]
     MetricsNamespace(String),
+    #[error(
+        "--shards {0:?} is not a shard name (1 to {max} lowercase letters, digits and '-', starting and ending with a letter or digit)",
+        max = MAX_SHARD_NAME
+    )]
+    Shard(String),
+    #[error("--shards names {0:?} twice")]
+    DuplicateShard(String),
+    #[error("--shard {0:?} is not one of --shards {1:?}")]
+    UnlistedShard(String, Vec<String>),
 }
+
+/// The longest shard name: it ends up in a Deployment's name (`sentry-tenants-shard-<name>`), whose
+/// pods' names must stay within 63 characters with the suffixes Kubernetes adds.
+pub const MAX_SHARD_NAME: usize = 20;
 
 /// One check per flag, shared by `install`, `run` and `provision-tenant` (same flag, same rule, same words).
 impl ValueError {
@@ -124,6 +137,21 @@ impl ValueError {
         s.map_or(Ok(()), |s| {
             let valid = crate::names::ClickHousePrefix::parse(s).is_ok();
             Self::check(valid, || Self::Prefix(s.to_owned()))
+        })
+    }
+    /// Each shard name valid and listed once; this operator's own shard (if any) one of them.
+    pub fn check_shards(shards: &[String], mine: Option<&str>) -> Result<(), Self> {
+        for (i, shard) in shards.iter().enumerate() {
+            let valid = shard.len() <= MAX_SHARD_NAME && is_dns_label(shard);
+            Self::check(valid, || Self::Shard(shard.clone()))?;
+            let repeated = shards[..i].contains(shard);
+            Self::check(!repeated, || Self::DuplicateShard(shard.clone()))?;
+        }
+        mine.map_or(Ok(()), |mine| {
+            let listed = shards.iter().any(|s| s == mine);
+            Self::check(listed, || {
+                Self::UnlistedShard(mine.to_owned(), shards.to_vec())
+            })
         })
     }
     pub fn check_metrics_namespace(s: &str) -> Result<(), Self> {

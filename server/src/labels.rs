@@ -20,6 +20,9 @@ pub const TENANT_UID: &str = "sentry.io/tenant-uid";
 /// counted per generation from this label (and the history's `generation`), never from run names, so
 /// a RunJob someone names like one of ours is never taken for an attempt.
 pub const GENERATION: &str = "sentry.io/generation";
+/// On a Tenant: the shard that reconciles it and its runs (`install --shards`), set by the main
+/// operator when absent, or by a person to move a tenant.
+pub const SHARD: &str = "sentry.io/shard";
 
 /// The recommended labels for a `component` of one tenant's (`instance`), plus `sentry.io/tenant`.
 pub fn for_tenant(component: &str, tenant: &str) -> BTreeMap<String, String> {

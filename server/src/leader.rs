@@ -19,10 +19,17 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 
+/// The Lease of an unsharded install (and of a sharded one's main operator); each shard has its own.
 pub const LEASE_NAME: &str = "sentry-tenants-leader";
+
+/// The Lease of shard `shard`'s replicas (`install --shards`).
+pub fn shard_lease(shard: &str) -> String {
+    format!("{LEASE_NAME}-{shard}")
+}
 
 pub struct LeaderElection {
     api: Api<Lease>,
+    lease: String,
     identity: String,
     lease_duration: Duration,
     clock: Clock,
@@ -57,11 +64,17 @@ impl LeaderElection {
     ) -> Self {
         Self {
             api,
+            lease: LEASE_NAME.to_owned(),
             identity: identity.into(),
             lease_duration,
             clock,
             observed: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Elects on the Lease named `lease` instead (a shard's).
+    pub fn on_lease(self, lease: String) -> Self {
+        Self { lease, ..self }
     }
 
     /// Whether another holder's Lease has gone unrenewed for its whole duration, as this replica has
@@ -90,7 +103,7 @@ impl LeaderElection {
     /// One round: take the Lease if it is free or expired, renew it if ours. Returns whether we lead.
     pub async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
         let now = self.clock.now();
-        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+        let Some(mut lease) = self.api.get_opt(&self.lease).await? else {
             return self.create(now).await;
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -109,7 +122,7 @@ impl LeaderElection {
         // `replace` sends the resourceVersion we read: a concurrent writer makes this a 409, not a tie.
         match self
             .api
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .replace(&self.lease, &PostParams::default(), &lease)
             .await
         {
             Ok(_) => Ok(true),
@@ -121,7 +134,7 @@ impl LeaderElection {
     async fn create(&self, now: Timestamp) -> Result<bool, kube::Error> {
         let lease = Lease {
             metadata: ObjectMeta {
-                name: Some(LEASE_NAME.into()),
+                name: Some(self.lease.clone()),
                 labels: Some(crate::labels::of_component("leader-election")),
                 ..ObjectMeta::default()
             },
@@ -143,7 +156,7 @@ impl LeaderElection {
 
     /// Gives the Lease up on shutdown so the next replica need not wait for it to expire.
     pub async fn release(&self) -> Result<(), kube::Error> {
-        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+        let Some(mut lease) = self.api.get_opt(&self.lease).await? else {
             return Ok(());
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -153,7 +166,7 @@ impl LeaderElection {
         spec.holder_identity = None;
         spec.renew_time = None;
         self.api
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .replace(&self.lease, &PostParams::default(), &lease)
             .await
             .map(|_| ())
     }

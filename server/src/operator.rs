@@ -16,7 +16,7 @@ use crate::clock::Clock;
 use crate::config::OperatorConfig;
 use crate::controller::{Context, Stores, run_controllers};
 use crate::leader::LeaderElection;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, ShardLabel};
 use crate::web::permissions::Permissions;
 use crate::web::{ProbeState, probe_router};
 
@@ -79,9 +79,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         identity.clone(),
         Duration::from_secs(args.lease_seconds),
         Clock::System,
-    );
+    )
+    .on_lease(ctx.sharding.lease_name());
     let election = tokio::spawn(election.run(leader_tx, shutdown_rx.clone()));
-    tokio::spawn(track_leadership(leader_rx, Arc::clone(&metrics)));
+    let shard = ShardLabel {
+        shard: ctx.sharding.mine().unwrap_or_default().to_owned(),
+    };
+    tokio::spawn(track_leadership(leader_rx, Arc::clone(&metrics), shard));
 
     let listener = listen_dual_stack(args.probe_addr)
         .with_context(|| format!("cannot listen on {}", args.probe_addr))?;
@@ -97,7 +101,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::web::serve::Limits::probes(),
         shutdown_rx.clone(),
     ));
-    tracing::info!(namespace = %args.config.shared.namespace, %identity, probe = %args.probe_addr, "operator starting");
+    tracing::info!(namespace = %args.config.shared.namespace, %identity, probe = %args.probe_addr, shard = ctx.sharding.mine(), "operator starting");
 
     let (read_only, permissions) = dashboard_permissions(&client, &args, shutdown_rx.clone()).await;
     let dashboard = crate::web::dashboard::router(crate::web::dashboard::Dashboard {
@@ -201,11 +205,14 @@ async fn dashboard_permissions(
     }
 }
 
-async fn track_leadership(mut leader: watch::Receiver<bool>, metrics: Arc<Metrics>) {
+async fn track_leadership(
+    mut leader: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+    shard: ShardLabel,
+) {
+    let gauge = metrics.is_leader.get_or_create(&shard).clone();
     loop {
-        metrics
-            .is_leader
-            .set(i64::from(*leader.borrow_and_update()));
+        gauge.set(i64::from(*leader.borrow_and_update()));
         if leader.changed().await.is_err() {
             return;
         }

@@ -60,6 +60,13 @@ pub fn init_logging(format: LogFormat, verbosity: Verbosity) {
     };
 }
 
+/// The shard a replica reconciles; empty (no label) for an unsharded install's replicas and for the
+/// main operator of a sharded one.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabel {
+    pub shard: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: String,
@@ -105,7 +112,7 @@ pub struct Metrics {
     pub runs_max_in_flight: Gauge,
     pub jobs_created: Counter,
     pub cleanups: Counter,
-    pub is_leader: Gauge,
+    pub is_leader: Family<ShardLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -130,7 +137,7 @@ impl Default for Metrics {
             (Gauge::default(), Gauge::default(), Gauge::default());
         let jobs_created = Counter::default();
         let cleanups = Counter::default();
-        let is_leader = Gauge::default();
+        let is_leader = Family::<ShardLabel, Gauge>::default();
         registry.register(
             "reconciles",
             "Reconciles run, by controller",
@@ -204,7 +211,7 @@ impl Default for Metrics {
         );
         registry.register(
             "leader",
-            "1 while this replica holds the leader Lease",
+            "1 while this replica holds the leader Lease (of its shard, if it is one)",
             is_leader.clone(),
         );
         Self {

@@ -310,14 +310,14 @@ impl Setup {
 
     /// Who holds the operator's leader Lease in this namespace, if anyone.
     pub async fn lease_holder(&self) -> Option<String> {
+        self.holder_of(sentry_tenants::leader::LEASE_NAME).await
+    }
+
+    /// Who holds Lease `lease` in this namespace, if anyone.
+    pub async fn holder_of(&self, lease: &str) -> Option<String> {
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
             Api::namespaced(self.admin.clone(), &self.ns);
-        leases
-            .get_opt(sentry_tenants::leader::LEASE_NAME)
-            .await
-            .ok()??
-            .spec?
-            .holder_identity
+        leases.get_opt(lease).await.ok()??.spec?.holder_identity
     }
 
     /// Successful creates of `resource` named `name` in this namespace, from the audit log.

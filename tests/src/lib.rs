@@ -143,6 +143,7 @@ pub fn install_values(namespace: &str) -> sentry_tenants::install::Values {
         metrics_from_namespaces: Vec::new(),
         image_pull_secret: None,
         monitoring: false,
+        shards: Vec::new(),
         version: env!("CARGO_PKG_VERSION").into(),
     }
     .validate()

@@ -34,9 +34,15 @@ pub struct InstallArgs {
     /// image with (put on their ServiceAccounts), for a registry that wants credentials.
     #[arg(long, value_name = "SECRET")]
     pub image_pull_secret: Option<String>,
-    /// Operator replicas; one leads, all serve the dashboard.
+    /// Operator replicas; one leads, all serve the dashboard. With --shards: replicas of each shard.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=10))]
     pub replicas: u8,
+    /// Split reconciling between these shards (comma-separated names): a Deployment
+    /// `sentry-tenants-shard-<name>` and a Lease each. A tenant is reconciled by the shard its
+    /// `sentry.io/shard` label names; the main Deployment labels unlabelled tenants (by a hash of
+    /// the name) and, like every replica, serves the whole dashboard.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub shards: Vec<String>,
     /// ClickHouse HTTP endpoint the provisioner talks to.
     #[arg(long, default_value = crate::flags::DEFAULT_CLICKHOUSE_URL)]
     pub clickhouse_url: String,
@@ -146,6 +152,7 @@ impl InstallArgs {
             metrics_from_namespaces: self.metrics_from_namespaces.clone(),
             image_pull_secret: self.image_pull_secret.clone(),
             monitoring: self.monitoring,
+            shards: self.shards.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
         }
         .validate()?)

@@ -73,6 +73,31 @@ impl Cli {
             _ => Verbosity::Quiet,
         }
     }
+
+    /// What the command calls itself in its requests' User-Agent (after `sentry-tenants/<version>`),
+    /// so the apiserver's audit log tells the operator (which shard), the provisioning pods and a
+    /// person's commands apart.
+    fn role(&self) -> String {
+        let command = match &self.command {
+            Command::Run(args) => {
+                return match &args.config.shard {
+                    Some(shard) => format!("run shard={shard}"),
+                    None => "run".to_owned(),
+                };
+            }
+            Command::ProvisionTenant(_) => "provision-tenant",
+            Command::Crd => "crd",
+            Command::Image(_) => "image",
+            Command::Completion { .. } => "completion",
+            Command::Version(_) => "version",
+            Command::Install(_) => "install",
+            Command::Uninstall(_) => "uninstall",
+            Command::Check(_) => "check",
+            Command::Dashboard(_) => "dashboard",
+            Command::GrantCredentials(_) => "grant-credentials",
+        };
+        command.to_owned()
+    }
 }
 
 pub fn main() -> std::process::ExitCode {
@@ -80,6 +105,7 @@ pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, cli.verbosity());
     crate::cluster::select(cli.cluster.clone());
+    crate::cluster::identify_as(&cli.role());
     let result = match cli.command {
         Command::Crd => {
             print!("{}", crate::crd::crds_yaml());

@@ -11,6 +11,7 @@ pub mod queue;
 mod run_index;
 pub mod runjob;
 mod sent_status;
+pub mod shards;
 pub mod slots;
 pub mod tenant;
 mod tenant_index;
@@ -92,6 +93,8 @@ pub struct Context {
     pub sent_status: Arc<sent_status::SentStatus>,
     /// The objects waiting for each controller's next free worker (a metric).
     pub queues: Queues,
+    /// Which tenants and runs this operator reconciles (`--shards`, `--shard`).
+    pub sharding: shards::Sharding,
 }
 
 #[derive(Clone, Default)]
@@ -114,8 +117,14 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let sharding = shards::Sharding::new(config.shards.clone(), config.shard.clone());
+        let runs_owned = shards::RunsOwned {
+            sharding: sharding.clone(),
+            tenants: stores.tenants.clone(),
+            namespace: config.shared.namespace.clone(),
+        };
         Self {
-            slots: slots::RunSlots::new(config.max_concurrent_runs),
+            slots: slots::RunSlots::sharded(config.max_concurrent_runs, runs_owned),
             consents: Arc::new(consent::ConsentChecks::new(
                 client.clone(),
                 &config.shared.namespace,
@@ -131,6 +140,7 @@ impl Context {
             backoff: Arc::default(),
             sent_status: Arc::default(),
             queues: Queues::default(),
+            sharding,
         }
     }
 

@@ -1,4 +1,6 @@
 //! The RunJob reconciler. Each rule answers a bug named in the seed review:
+//! 0. Of a sharded install, a run is reconciled by its tenant's shard, or by the main operator when
+//!    its tenant is gone ([`super::shards`]).
 //! 1. Deletion first: the Job is deleted with Background propagation, the finalizer removed, and the
 //!    reconcile returns — nothing else runs for a RunJob that is going away.
 //! 2. A RunJob carries our finalizer and is owned by its Tenant (our creators set both at birth).
@@ -40,8 +42,18 @@ use crate::crd::{
 pub const LOG_TAIL_LINES: i64 = 20;
 const LOG_TAIL_BYTES: i64 = 4096;
 
+/// Rule 0: a shard reconciles its tenants' runs; the main operator of a sharded install the runs whose
+/// tenant is gone.
+async fn reconciled_here(run: &RunJob, ctx: &Context) -> Result<bool> {
+    if !ctx.sharding.is_sharded() {
+        return Ok(true);
+    }
+    let tenant = ctx.find_tenant(&run.spec.tenant).await?;
+    Ok(ctx.sharding.reconciles_runs_of(tenant.as_deref()))
+}
+
 pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
-    if !ctx.is_leader() {
+    if !ctx.is_leader() || !reconciled_here(&run, &ctx).await? {
         return Ok(Action::await_change());
     }
     let _timer = ctx.metrics.reconcile_timer("runjob");

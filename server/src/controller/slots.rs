@@ -15,10 +15,13 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::shards::RunsOwned;
 use crate::crd::RunJob;
 
 pub struct RunSlots {
     cap: usize,
+    /// The runs this operator counts and starts: its shard's (all of them when unsharded).
+    owned: Option<RunsOwned>,
     /// Runs admitted by this process whose Job the cache may not show yet.
     admitted: Mutex<BTreeSet<String>>,
     /// Queued runs to reconcile now that a slot is free (the RunJob controller listens).
@@ -36,9 +39,19 @@ pub enum Admission {
 
 impl RunSlots {
     pub fn new(cap: u16) -> Arc<Self> {
+        Self::build(cap, None)
+    }
+
+    /// The cap of one shard: only its tenants' runs and Jobs count.
+    pub fn sharded(cap: u16, owned: RunsOwned) -> Arc<Self> {
+        Self::build(cap, Some(owned))
+    }
+
+    fn build(cap: u16, owned: Option<RunsOwned>) -> Arc<Self> {
         let (wake, woken) = mpsc::unbounded();
         Arc::new(Self {
             cap: usize::from(cap.max(1)),
+            owned,
             admitted: Mutex::default(),
             wake,
             woken: Mutex::new(Some(woken)),
@@ -61,7 +74,7 @@ impl RunSlots {
         let ns = run.namespace().unwrap_or_default();
         let free = self
             .cap
-            .saturating_sub(taken(&mut admitted, runs, jobs, &ns));
+            .saturating_sub(self.taken(&mut admitted, runs, jobs, &ns));
         // Admitted before, and its Job create failed (or its Job is not cached yet): it holds its slot.
         if admitted.contains(run.name_any().as_str()) {
             return Admission::Start;
@@ -73,7 +86,7 @@ impl RunSlots {
         let older = runs
             .state()
             .iter()
-            .filter(|r| waiting(r, jobs, &admitted, &ns) && queue_key(r) < queue_key(run))
+            .filter(|r| self.waiting(r, jobs, &admitted, &ns) && queue_key(r) < queue_key(run))
             .count();
         if older < free {
             admitted.insert(run.name_any());
@@ -88,13 +101,13 @@ impl RunSlots {
         let mut admitted = self.admitted.lock().expect("slots lock");
         let free = self
             .cap
-            .saturating_sub(taken(&mut admitted, runs, jobs, namespace));
+            .saturating_sub(self.taken(&mut admitted, runs, jobs, namespace));
         if free == 0 {
             return;
         }
         let mut oldest: Vec<Arc<RunJob>> = Vec::with_capacity(free + 1);
         for run in runs.state() {
-            if !waiting(&run, jobs, &admitted, namespace) {
+            if !self.waiting(&run, jobs, &admitted, namespace) {
                 continue;
             }
             let at = oldest.partition_point(|o| queue_key(o) < queue_key(&run));
@@ -110,7 +123,7 @@ impl RunSlots {
 
     /// Runs in flight as this process counts them now (for metrics and tests).
     pub fn in_flight(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) -> usize {
-        taken(
+        self.taken(
             &mut self.admitted.lock().expect("slots lock"),
             runs,
             jobs,
@@ -123,7 +136,7 @@ impl RunSlots {
         let admitted = self.admitted.lock().expect("slots lock");
         runs.state()
             .iter()
-            .filter(|r| waiting(r, jobs, &admitted, namespace))
+            .filter(|r| self.waiting(r, jobs, &admitted, namespace))
             .count()
     }
 }
@@ -136,36 +149,59 @@ fn queue_key(run: &RunJob) -> (Option<&jiff::Timestamp>, Option<&str>) {
     )
 }
 
-/// The slots taken: the unfinished Jobs in the cache, and the admitted runs the cache does not show
-/// yet. Forgets admitted runs once the cache shows their Job or they finished or went away.
-fn taken(
-    admitted: &mut BTreeSet<String>,
-    runs: &Store<RunJob>,
-    jobs: &Store<Job>,
-    namespace: &str,
-) -> usize {
-    admitted.retain(|name| {
-        let key = ObjectRef::new(name).within(namespace);
-        let run_in_flight = runs.get(&key).is_some_and(|r| r.is_in_flight());
-        run_in_flight && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
-    });
-    let running = jobs
-        .state()
-        .iter()
-        .filter(|j| !super::job::finished(j))
-        .count();
-    running + admitted.len()
-}
+impl RunSlots {
+    /// The slots taken: this shard's unfinished Jobs in the cache, and the admitted runs the cache
+    /// does not show yet. Forgets admitted runs once the cache shows their Job or they finished or
+    /// went away.
+    fn taken(
+        &self,
+        admitted: &mut BTreeSet<String>,
+        runs: &Store<RunJob>,
+        jobs: &Store<Job>,
+        namespace: &str,
+    ) -> usize {
+        admitted.retain(|name| {
+            let key = ObjectRef::new(name).within(namespace);
+            let run_in_flight = runs.get(&key).is_some_and(|r| r.is_in_flight());
+            run_in_flight && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+        });
+        let running = jobs
+            .state()
+            .iter()
+            .filter(|j| !super::job::finished(j) && self.owns_job(j))
+            .count();
+        running + admitted.len()
+    }
 
-/// A run that waits for a slot: in flight, no Job made (none recorded, none cached), not admitted.
-fn waiting(run: &RunJob, jobs: &Store<Job>, admitted: &BTreeSet<String>, namespace: &str) -> bool {
-    let Some(name) = run.metadata.name.as_deref() else {
-        return false;
-    };
-    run.is_in_flight()
-        && run.status.as_ref().is_none_or(|s| s.job_ref.is_none())
-        && !admitted.contains(name)
-        && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+    /// A run that waits for a slot: this shard's, in flight, no Job made (none recorded, none
+    /// cached), not admitted.
+    fn waiting(
+        &self,
+        run: &RunJob,
+        jobs: &Store<Job>,
+        admitted: &BTreeSet<String>,
+        namespace: &str,
+    ) -> bool {
+        let Some(name) = run.metadata.name.as_deref() else {
+            return false;
+        };
+        run.is_in_flight()
+            && run.status.as_ref().is_none_or(|s| s.job_ref.is_none())
+            && !admitted.contains(name)
+            && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+            && self.owns_tenant(&run.spec.tenant)
+    }
+
+    /// A Job counts against this shard's cap when its tenant (its `sentry.io/tenant` label) is one
+    /// of the shard's.
+    fn owns_job(&self, job: &Job) -> bool {
+        let tenant = job.labels().get(crate::labels::TENANT);
+        self.owned.is_none() || tenant.is_some_and(|t| self.owns_tenant(t))
+    }
+
+    fn owns_tenant(&self, tenant: &str) -> bool {
+        self.owned.as_ref().is_none_or(|o| o.of_tenant(tenant))
+    }
 }
 
 #[cfg(test)]

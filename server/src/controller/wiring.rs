@@ -446,6 +446,10 @@ pub async fn run_controllers(
     let subscribe_runs_a = rw.subscribe().expect("shared store");
     let subscribe_runs_b = rw.subscribe().expect("shared store");
     let subscribe_jobs = jw.subscribe().expect("shared store");
+    let subscribe_tenants_for_runs = ctx
+        .sharding
+        .is_sharded()
+        .then(|| tw.subscribe().expect("shared store"));
 
     let markers = marker_watch(client.clone(), &ns, &ctx.stores, mw);
     let watches = watch_caches(client, &ns, &ctx.stores, (tw, rw, Some(jw)));
@@ -495,23 +499,46 @@ pub async fn run_controllers(
         ctx.stores.runjobs.clone(),
     )
     .with_config(config)
-    .owns_shared_stream(subscribe_jobs.inspect(queuing(&rq, owner_runs)))
-    .reconcile_on(slot_wake_ups.inspect(queuing(&rq, |r: &ObjectRef<RunJob>| [Key::of_ref(r)])))
-    .reconcile_all_on(
-        on_leadership_gained(ctx.leader.clone()).inspect(queuing(&rq, move |()| {
-            runs.state()
-                .iter()
-                .map(|r| Key::of(r.as_ref()))
-                .collect::<Vec<_>>()
-        })),
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        forgetting_failures(("runjob", |q| &q.runjob), runjob::reconcile),
-        report_error("runjob"),
-        Arc::clone(&ctx),
-    )
-    .for_each(move |result| log_result("runjob", Arc::clone(&rq), result));
+    .owns_shared_stream(subscribe_jobs.inspect(queuing(&rq, owner_runs)));
+    // Sharded, a tenant's label decides whose its runs are: a run that waited for its tenant's label,
+    // or whose tenant moved to this shard, has no event of its own to bring it here.
+    let run_controller = match subscribe_tenants_for_runs {
+        Some(tenants) => {
+            let index = ctx.stores.run_index.clone();
+            let runs_of =
+                move |t: Arc<Tenant>| index.runs_of(&kube::ResourceExt::name_any(t.as_ref()));
+            let rq = Arc::clone(&rq);
+            let keys = {
+                let runs_of = runs_of.clone();
+                move |t: &Arc<Tenant>| {
+                    runs_of(Arc::clone(t))
+                        .iter()
+                        .map(Key::of_ref)
+                        .collect::<Vec<_>>()
+                }
+            };
+            run_controller.watches_shared_stream(tenants.inspect(queuing(&rq, keys)), runs_of)
+        }
+        None => run_controller,
+    };
+    let run_controller = run_controller
+        .reconcile_on(slot_wake_ups.inspect(queuing(&rq, |r: &ObjectRef<RunJob>| [Key::of_ref(r)])))
+        .reconcile_all_on(on_leadership_gained(ctx.leader.clone()).inspect(queuing(
+            &rq,
+            move |()| {
+                runs.state()
+                    .iter()
+                    .map(|r| Key::of(r.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            forgetting_failures(("runjob", |q| &q.runjob), runjob::reconcile),
+            report_error("runjob"),
+            Arc::clone(&ctx),
+        )
+        .for_each(move |result| log_result("runjob", Arc::clone(&rq), result));
 
     // The watches never end on their own; the controllers end on shutdown, and that ends the select.
     tokio::select! {

@@ -120,27 +120,29 @@ pub async fn install(
     for crd in applied_crds {
         wait_established(client, crd, opts, progress, &values.namespace).await?;
     }
-    let mut deployment = None;
+    // The operator's Deployments: the main one first, then one per shard.
+    let mut deployments = Vec::new();
     for obj in &rest {
         let applied = apply_one(client, obj, opts, progress, &mut report).await?;
-        if kind_of(obj) == "Deployment" && obj.name_any() == super::DEPLOYMENT {
-            deployment = Some(applied);
+        if kind_of(obj) == "Deployment" {
+            deployments.push((obj.name_any(), applied));
         }
     }
     if let Some(admin) = &opts.clickhouse_admin {
         apply_admin_secret(client, values, admin, progress).await?;
     }
     if opts.wait {
-        let applied = deployment.and_then(|d| typed(&d));
-        super::rollout::wait_rollout(
-            client,
-            &values.namespace,
-            super::DEPLOYMENT,
-            applied,
-            (opts.timeout, opts.poll),
-            progress,
-        )
-        .await?;
+        for (name, applied) in deployments {
+            super::rollout::wait_rollout(
+                client,
+                &values.namespace,
+                &name,
+                typed(&applied),
+                (opts.timeout, opts.poll),
+                progress,
+            )
+            .await?;
+        }
         // Only once the new version runs: a failed upgrade keeps everything the old one had.
         prune(client, values, &objects, progress, &mut report).await?;
     }

@@ -43,6 +43,8 @@ pub struct Values {
     pub image_pull_secret: Option<String>,
     /// Add a ServiceMonitor, a PrometheusRule and a Grafana dashboard ConfigMap (`--monitoring`).
     pub monitoring: bool,
+    /// The shards (`--shards`): a Deployment and a Lease each; empty, one operator for every tenant.
+    pub shards: Vec<String>,
     pub version: String,
 }
 
@@ -55,10 +57,25 @@ pub fn cluster_role(namespace: &str, what: &str) -> String {
     format!("sentry-tenants:{namespace}:{what}")
 }
 
+/// The Deployment of one shard of a sharded install (`--shards`).
+pub fn shard_deployment(shard: &str) -> String {
+    format!("{}-shard-{shard}", super::DEPLOYMENT)
+}
+
 impl Values {
     /// [`cluster_role`] of this install, for the templates.
     pub fn cluster_role(&self, what: &str) -> String {
         cluster_role(&self.namespace, what)
+    }
+
+    /// The Deployment of shard `shard`'s replicas.
+    pub fn shard_deployment(&self, shard: &str) -> String {
+        shard_deployment(shard)
+    }
+
+    /// The Lease shard `shard`'s replicas elect their leader on.
+    pub fn shard_lease(&self, shard: &str) -> String {
+        crate::leader::shard_lease(shard)
     }
 
     /// Checks every value before it gets near a template; the templates also quote every value.
@@ -79,6 +96,7 @@ impl Values {
         if let Some(secret) = &self.image_pull_secret {
             ValueError::check_image_pull_secret(secret)?;
         }
+        ValueError::check_shards(&self.shards, None)?;
         debug_assert!(DNS_LABEL_PATTERN.starts_with('^'));
         Ok(self)
     }
@@ -140,6 +158,7 @@ struct SettingsTemplate<'a> {
     clickhouse_ca_configmap: &'a Option<String>,
     max_concurrent_runs: u16,
     read_only_dashboard: bool,
+    shards: &'a [String],
     version: &'a str,
 }
 
@@ -156,6 +175,7 @@ impl Values {
             clickhouse_ca_configmap: &self.clickhouse_ca_configmap,
             max_concurrent_runs: self.max_concurrent_runs,
             read_only_dashboard: self.read_only_dashboard,
+            shards: &self.shards,
             version: &self.version,
         };
         crate::digest::sha256_hex(settings.render().expect("the ConfigMap renders"))
@@ -323,6 +343,7 @@ pub(crate) mod tests {
             metrics_from_namespaces: Vec::new(),
             image_pull_secret: None,
             monitoring: false,
+            shards: Vec::new(),
             version: env!("CARGO_PKG_VERSION").into(),
         }
     }
@@ -351,6 +372,125 @@ pub(crate) mod tests {
             values().settings_checksum(),
             "pods roll"
         );
+    }
+
+    /// `--shards a,b`: the main Deployment stays as it is (so an upgrade keeps its pods' selector),
+    /// each shard gets a Deployment that runs `run --shard <name>` and whose pods carry the shard's
+    /// label, the operator's Role may elect on each shard's Lease, and the ConfigMap lists the shards.
+    #[test]
+    fn shards_get_a_deployment_and_a_lease_each() {
+        let sharded = Values {
+            shards: vec!["a".into(), "eu-2".into()],
+            ..values()
+        }
+        .validate()
+        .unwrap();
+        let objects = sharded.objects().unwrap();
+        let of_kind = |kind: &str| -> Vec<&DynamicObject> {
+            let kind_is = |o: &&DynamicObject| o.types.as_ref().is_some_and(|t| t.kind == kind);
+            objects.iter().filter(kind_is).collect()
+        };
+        let deployments = of_kind("Deployment");
+        let names: Vec<String> = deployments
+            .iter()
+            .map(|d| d.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "sentry-tenants",
+                "sentry-tenants-shard-a",
+                "sentry-tenants-shard-eu-2"
+            ]
+        );
+        let spec = |i: usize| &deployments[i].data["spec"];
+        assert_eq!(
+            spec(0)["selector"]["matchLabels"],
+            serde_json::json!({"app.kubernetes.io/name": "sentry-tenants", "app.kubernetes.io/component": "operator"})
+        );
+        assert_eq!(
+            spec(0)["template"]["spec"]["containers"][0]["args"],
+            serde_json::json!(["run"])
+        );
+        assert_eq!(
+            spec(2)["template"]["spec"]["containers"][0]["args"],
+            serde_json::json!(["run", "--shard", "eu-2"])
+        );
+        assert_eq!(
+            spec(2)["selector"]["matchLabels"]["sentry.io/shard"],
+            "eu-2"
+        );
+        assert_eq!(
+            spec(2)["template"]["metadata"]["labels"]["sentry.io/shard"],
+            "eu-2"
+        );
+        assert_eq!(spec(1)["replicas"], 1);
+        let role = of_kind("Role")
+            .into_iter()
+            .find(|r| r.metadata.name.as_deref() == Some("sentry-tenants"))
+            .unwrap();
+        let lease_rule = role.data["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["resources"] == serde_json::json!(["leases"]) && !r["resourceNames"].is_null()
+            })
+            .unwrap();
+        assert_eq!(
+            lease_rule["resourceNames"],
+            serde_json::json!([
+                "sentry-tenants-leader",
+                "sentry-tenants-leader-a",
+                "sentry-tenants-leader-eu-2"
+            ])
+        );
+        assert_eq!(
+            configmap_setting(&sharded, "SENTRY_TENANTS_SHARDS"),
+            "a,eu-2"
+        );
+        assert_ne!(
+            sharded.settings_checksum(),
+            values().settings_checksum(),
+            "pods roll"
+        );
+        assert_eq!(check_all(&sharded.render_yaml()).unwrap(), objects.len());
+
+        let unsharded = values().objects().unwrap();
+        let deployments = unsharded
+            .iter()
+            .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"));
+        assert_eq!(deployments.count(), 1);
+        assert!(configmap_setting(&values(), "SENTRY_TENANTS_SHARDS").is_null());
+    }
+
+    #[test]
+    fn shard_names_are_checked() {
+        let with = |shards: &[&str]| {
+            Values {
+                shards: shards.iter().map(|s| (*s).to_owned()).collect(),
+                ..values()
+            }
+            .validate()
+        };
+        assert!(with(&["a", "b-2", &"s".repeat(20)]).is_ok());
+        for bad in ["", "A", "a_b", "-a", &"s".repeat(21), "a\n  evil: true"] {
+            assert_eq!(
+                with(&["a", bad]),
+                Err(ValueError::Shard(bad.into())),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            with(&["a", "b", "a"]),
+            Err(ValueError::DuplicateShard("a".into()))
+        );
+        let listed = vec!["a".to_owned()];
+        assert_eq!(
+            ValueError::check_shards(&listed, Some("b")),
+            Err(ValueError::UnlistedShard("b".into(), listed.clone()))
+        );
+        assert_eq!(ValueError::check_shards(&listed, Some("a")), Ok(()));
     }
 
     #[test]

@@ -7,10 +7,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::DEPLOYMENT;
+use super::{DEPLOYMENT, SHARD_DEPLOYMENTS};
 use crate::leader::LEASE_NAME;
 
 /// Oldest Kubernetes we support: CRD validation rules (CEL) are GA from 1.29, and we test the
@@ -37,6 +37,13 @@ impl CheckLine {
             ok: false,
             what: what.into(),
             hint: Some(hint.into()),
+        }
+    }
+    /// The line about shard `shard`'s part.
+    fn for_shard(self, shard: &str) -> Self {
+        Self {
+            what: format!("shard {shard}: {}", self.what),
+            ..self
         }
     }
 }
@@ -374,6 +381,57 @@ pub async fn post_install(
             "check your kubeconfig",
         ),
     });
+    out.extend(shard_lines(client, namespace, now).await);
+    out
+}
+
+/// For each shard of a sharded install: its Deployment available, its Lease held and fresh.
+async fn shard_lines(client: &Client, namespace: &str, now: Timestamp) -> Vec<CheckLine> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let shards = match deployments
+        .list(&ListParams::default().labels(SHARD_DEPLOYMENTS))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            let what = crate::cluster::describe("list the shards' Deployments", &e);
+            return vec![CheckLine::fail(what, "check your kubeconfig")];
+        }
+    };
+    let mut out = Vec::new();
+    for d in shards {
+        let name = d.name_any();
+        let shard = d
+            .labels()
+            .get(crate::labels::SHARD)
+            .cloned()
+            .unwrap_or_default();
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let available = (d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        out.push(if available >= want && want > 0 {
+            CheckLine::pass(format!("shard {shard}: Deployment available ({available}/{want})"))
+        } else {
+            CheckLine::fail(
+                format!("shard {shard}: Deployment not available ({available}/{want})"),
+                format!("kubectl -n {namespace} describe deployment {name}; kubectl -n {namespace} logs deploy/{name}"),
+            )
+        });
+        let lease = crate::leader::shard_lease(&shard);
+        out.push(match leases.get_opt(&lease).await {
+            Ok(Some(lease)) => lease_line(&lease, now).for_shard(&shard),
+            Ok(None) => CheckLine::fail(
+                format!("shard {shard}: no leader has been elected yet"),
+                format!("kubectl -n {namespace} logs deploy/{name}"),
+            ),
+            Err(e) => CheckLine::fail(
+                crate::cluster::describe(&format!("get the Lease {lease}"), &e),
+                "check your kubeconfig",
+            ),
+        });
+    }
     out
 }
 

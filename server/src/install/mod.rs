@@ -21,5 +21,7 @@ pub use wait::InstallError;
 /// The operator Deployment's name in every install.
 pub const DEPLOYMENT: &str = "sentry-tenants";
 /// The operator's pods (the Deployment's selector in manifests/deployment.yaml).
+/// The Deployments of a sharded install's shards (`install --shards`).
+pub const SHARD_DEPLOYMENTS: &str = "app.kubernetes.io/name=sentry-tenants,sentry.io/shard";
 pub const OPERATOR_POD_SELECTOR: &str =
     "app.kubernetes.io/name=sentry-tenants,app.kubernetes.io/component=operator";

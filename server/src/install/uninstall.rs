@@ -16,17 +16,46 @@ use kube::api::{
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::OPERATOR_POD_SELECTOR;
 use super::apply::{
     BUNDLE_SELECTOR, CREATED_BY_INSTALL, cluster_roles, cluster_scoped_selector, pruned_kinds,
 };
 use super::progress::Progress;
 use super::wait::{InstallError, api_error};
+use super::{OPERATOR_POD_SELECTOR, SHARD_DEPLOYMENTS};
 use crate::crd::{RUNJOB_FINALIZER, RunJob, TENANT_FINALIZER, Tenant};
 use crate::leader::LEASE_NAME;
 
 /// The operator's Deployment (manifests/deployment.yaml).
 const OPERATOR: &str = "sentry-tenants";
+/// The Leases the operator's replicas elect their leaders on (the main one, and one per shard).
+const LEADER_LEASES: &str =
+    "app.kubernetes.io/managed-by=sentry-tenants,app.kubernetes.io/component=leader-election";
+
+/// The main Deployment and the shards' Deployments.
+async fn operator_deployments(api: &Api<Deployment>) -> Result<Vec<String>, InstallError> {
+    let shards = match api
+        .list(&ListParams::default().labels(SHARD_DEPLOYMENTS))
+        .await
+    {
+        Ok(list) => list.items.iter().map(ResourceExt::name_any).collect(),
+        Err(e) if absent(&e) => Vec::new(),
+        Err(e) => return Err(api_error("list the shards' Deployments", &e)),
+    };
+    Ok(std::iter::once(OPERATOR.to_owned()).chain(shards).collect())
+}
+
+/// The main Lease, and the shards' Leases (found by their labels).
+async fn leader_leases(api: &Api<Lease>) -> Result<Vec<String>, InstallError> {
+    let labelled = match api.list(&ListParams::default().labels(LEADER_LEASES)).await {
+        Ok(list) => list.items.iter().map(ResourceExt::name_any).collect(),
+        Err(e) if absent(&e) => Vec::new(),
+        Err(e) => return Err(api_error("list the leader Leases", &e)),
+    };
+    let shards = labelled.into_iter().filter(|l: &String| l != LEASE_NAME);
+    Ok(std::iter::once(LEASE_NAME.to_owned())
+        .chain(shards)
+        .collect())
+}
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct UninstallReport {
@@ -106,14 +135,10 @@ pub async fn uninstall(
         delete(&roles, &role.name_any(), &what, progress, &mut report).await?;
     }
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    delete(
-        &leases,
-        LEASE_NAME,
-        &format!("Lease {namespace}/{LEASE_NAME}"),
-        progress,
-        &mut report,
-    )
-    .await?;
+    for lease in leader_leases(&leases).await? {
+        let what = format!("Lease {namespace}/{lease}");
+        delete(&leases, &lease, &what, progress, &mut report).await?;
+    }
 
     if delete_crds {
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -209,8 +234,10 @@ async fn stop_operator(
     report: &mut UninstallReport,
 ) -> Result<(), InstallError> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let what = format!("Deployment {namespace}/{OPERATOR}");
-    delete(&deployments, OPERATOR, &what, progress, report).await?;
+    for name in operator_deployments(&deployments).await? {
+        let what = format!("Deployment {namespace}/{name}");
+        delete(&deployments, &name, &what, progress, report).await?;
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = ListParams::default().labels(OPERATOR_POD_SELECTOR);
     let started = std::time::Instant::now();

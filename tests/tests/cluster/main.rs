@@ -31,6 +31,7 @@ mod replicas;
 mod restart_drill;
 mod rotate;
 mod secret_loss;
+mod shards;
 mod suspend;
 mod tls;
 mod uninstall;

@@ -39,6 +39,7 @@ fn values(read_only: bool) -> Values {
         metrics_from_namespaces: Vec::new(),
         image_pull_secret: None,
         monitoring: false,
+        shards: Vec::new(),
         version: "0.1.0".into(),
     }
     .validate()

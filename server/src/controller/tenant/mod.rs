@@ -1,4 +1,6 @@
 //! The Tenant reconciler. Its rules:
+//! 0. Of a sharded install (`--shards`), a shard reconciles only the tenants labelled for it; the main
+//!    operator gives an unlabelled tenant its shard label and does nothing else ([`super::shards`]).
 //! 1. A tenant being deleted waits for its runs in flight, gets its Deprovision run (its
 //!    `reclaimPolicy` carried out in ClickHouse), and is released once that succeeded ([`reclaim`]).
 //! 2. `status.phase` is a pure function of spec.suspended, the provisioner's report
@@ -66,6 +68,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use super::attempts::NextRun;
+use super::shards::{self, Duty};
 use super::{Context, Result, TENANT_CONTROLLER, apply_status, name_of, requeue_at};
 use crate::crd::{RunAction, RunJob, Tenant};
 pub use copies::{CONSENT_RECHECK, Consents, delivery_needed, out_of_date, writes_copies};
@@ -82,6 +85,12 @@ pub use status::{desired_status, owned_status, phase};
 pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action> {
     if !ctx.is_leader() {
         return Ok(Action::await_change());
+    }
+    // Rule 0: this shard's tenants only; the main operator of a sharded install only labels them.
+    match ctx.sharding.duty_for(&tenant) {
+        Duty::Reconcile => {}
+        Duty::Assign(shard) => return shards::assign(&tenant, &shard, &ctx).await,
+        Duty::None => return Ok(Action::await_change()),
     }
     let _timer = ctx.metrics.reconcile_timer("tenant");
     let name = name_of(tenant.as_ref())?;
