@@ -207,6 +207,10 @@ mod tests {
         metrics.observe_queue_depth("tenant", 0);
         let failed = crate::telemetry::PhaseLabel::new("Failed");
         metrics.runs_finished.get_or_create(&failed).inc();
+        let main = crate::telemetry::ShardLabel {
+            shard: String::new(),
+        };
+        metrics.is_leader.get_or_create(&main).set(1);
         let exported = metrics.render(&crate::telemetry::Snapshot::default());
         let queried = [ALERTS, GRAFANA_DASHBOARD]
             .iter()
