@@ -225,4 +225,58 @@ mod tests {
             "{counts:?}"
         );
     }
+
+    fn tenant(name: &str, shard: Option<&str>) -> Tenant {
+        let mut t: Tenant = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {},
+        }))
+        .unwrap();
+        if let Some(shard) = shard {
+            t.labels_mut()
+                .insert("sentry.io/shard".into(), shard.into());
+        }
+        t
+    }
+
+    /// The tenant object's label decides, and its runs go with it; a run whose tenant is not cached
+    /// is the main operator's.
+    #[test]
+    fn a_tenants_label_decides_for_it_and_its_runs() {
+        let a = sharded(Some("a"));
+        assert_eq!(shard_label(&tenant("acme", Some("a"))), Some("a"));
+        assert_eq!(shard_label(&tenant("acme", None)), None);
+        assert_eq!(a.duty_for(&tenant("acme", Some("a"))), Duty::Reconcile);
+        assert_eq!(a.duty_for(&tenant("acme", Some("b"))), Duty::None);
+        assert_eq!(
+            sharded(None).duty_for(&tenant("b", None)),
+            Duty::Assign("b".into())
+        );
+        assert_eq!(a.mine(), Some("a"));
+        assert_eq!(sharded(None).mine(), None);
+
+        let (tenants, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(tenant(
+            "acme",
+            Some("a"),
+        )));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(tenant(
+            "globex", None,
+        )));
+        let owned = |sharding: Sharding| RunsOwned {
+            sharding,
+            tenants: tenants.clone(),
+            namespace: "ns".into(),
+        };
+        let a = owned(sharded(Some("a")));
+        assert!(a.of_tenant("acme"));
+        assert!(!a.of_tenant("globex"), "unlabelled: waits for its label");
+        assert!(!a.of_tenant("gone"));
+        let main = owned(sharded(None));
+        assert!(!main.of_tenant("acme") && !main.of_tenant("globex"));
+        assert!(main.of_tenant("gone"), "a run whose tenant is gone");
+        let one = owned(Sharding::default());
+        assert!(one.of_tenant("acme") && one.of_tenant("globex") && one.of_tenant("gone"));
+    }
 }

@@ -259,4 +259,66 @@ mod tests {
         assert_eq!(slots.admit(&only, &runs, &jobs), Admission::Start);
         assert_eq!(slots.admit(&only, &runs, &jobs), Admission::Start);
     }
+
+    fn tenant(name: &str, shard: &str) -> crate::crd::Tenant {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": name, "namespace": "ns", "labels": {"sentry.io/shard": shard}},
+            "spec": {},
+        }))
+        .unwrap()
+    }
+
+    fn job_of(tenant: &str, name: &str) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ns", "labels": {"sentry.io/tenant": tenant}},
+        }))
+        .unwrap()
+    }
+
+    /// Shard a's cap counts shard a's Jobs and queues alone: shard b's running Job takes none of its
+    /// slots, and shard b's waiting run is not one of its queue.
+    #[test]
+    fn a_shard_counts_only_its_own_tenants_runs_and_jobs() {
+        let (tenants, mut tenant_writer) = reflector::store();
+        tenant_writer.apply_watcher_event(&watcher::Event::Apply(tenant("mine", "a")));
+        tenant_writer.apply_watcher_event(&watcher::Event::Apply(tenant("theirs", "b")));
+        let (runs, jobs) = stores(&[
+            run("mine", "2026-12-03T10:00:05Z"),
+            run("theirs", "2026-12-03T10:00:00Z"),
+        ]);
+        let (jobs_with_theirs, mut job_writer) = reflector::store::<Job>();
+        job_writer.apply_watcher_event(&watcher::Event::Apply(job_of("theirs", "theirs-other-1")));
+        let owned = |shard: &str| RunsOwned {
+            sharding: super::super::shards::Sharding::new(
+                vec!["a".into(), "b".into()],
+                Some(shard.to_owned()),
+            ),
+            tenants: tenants.clone(),
+            namespace: "ns".into(),
+        };
+        let a = RunSlots::sharded(1, owned("a"));
+        assert_eq!(a.in_flight("ns", &runs, &jobs_with_theirs), 0, "b's Job");
+        assert_eq!(
+            a.waiting_runs("ns", &runs, &jobs),
+            1,
+            "only its own run waits"
+        );
+        let mine = run("mine", "2026-12-03T10:00:05Z");
+        assert_eq!(
+            a.admit(&mine, &runs, &jobs_with_theirs),
+            Admission::Start,
+            "b's older waiting run is not ahead of it, b's Job takes no slot"
+        );
+        let b = RunSlots::sharded(1, owned("b"));
+        assert_eq!(
+            b.in_flight("ns", &runs, &jobs_with_theirs),
+            1,
+            "its own Job"
+        );
+        let unsharded = RunSlots::new(1);
+        assert_eq!(unsharded.in_flight("ns", &runs, &jobs_with_theirs), 1);
+        assert_eq!(unsharded.waiting_runs("ns", &runs, &jobs), 2);
+    }
 }
