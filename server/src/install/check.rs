@@ -343,14 +343,12 @@ pub async fn post_install(
             available_replicas: available,
             ..
         })) => {
-            out.push(if available >= want && want > 0 {
-                CheckLine::pass(format!("operator Deployment available ({available}/{want})"))
-            } else {
-                CheckLine::fail(
-                    format!("operator Deployment not available ({available}/{want})"),
-                    format!("kubectl -n {namespace} describe deployment sentry-tenants; kubectl -n {namespace} logs deploy/sentry-tenants"),
-                )
-            });
+            out.push(availability_line(
+                "operator Deployment",
+                (namespace, DEPLOYMENT),
+                available,
+                want,
+            ));
             out.push(if installed == cli_version {
                 CheckLine::pass(format!("installed version {installed} matches this CLI"))
             } else {
@@ -411,14 +409,13 @@ async fn shard_lines(client: &Client, namespace: &str, now: Timestamp) -> Vec<Ch
         let available = (d.status.as_ref())
             .and_then(|s| s.available_replicas)
             .unwrap_or(0);
-        out.push(if available >= want && want > 0 {
-            CheckLine::pass(format!("shard {shard}: Deployment available ({available}/{want})"))
-        } else {
-            CheckLine::fail(
-                format!("shard {shard}: Deployment not available ({available}/{want})"),
-                format!("kubectl -n {namespace} describe deployment {name}; kubectl -n {namespace} logs deploy/{name}"),
-            )
-        });
+        let what = format!("shard {shard}: Deployment");
+        out.push(availability_line(
+            &what,
+            (namespace, &name),
+            available,
+            want,
+        ));
         let lease = crate::leader::shard_lease(&shard);
         out.push(match leases.get_opt(&lease).await {
             Ok(Some(lease)) => lease_line(&lease, now).for_shard(&shard),
@@ -433,6 +430,25 @@ async fn shard_lines(client: &Client, namespace: &str, now: Timestamp) -> Vec<Ch
         });
     }
     out
+}
+
+/// Whether Deployment `name` has all the replicas it wants available, and where to look if not.
+fn availability_line(
+    what: &str,
+    (namespace, name): (&str, &str),
+    available: i32,
+    want: i32,
+) -> CheckLine {
+    if available >= want && want > 0 {
+        CheckLine::pass(format!("{what} available ({available}/{want})"))
+    } else {
+        CheckLine::fail(
+            format!("{what} not available ({available}/{want})"),
+            format!(
+                "kubectl -n {namespace} describe deployment {name}; kubectl -n {namespace} logs deploy/{name}"
+            ),
+        )
+    }
 }
 
 fn established(crd: &CustomResourceDefinition) -> bool {
