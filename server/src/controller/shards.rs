@@ -14,6 +14,7 @@
 use kube::ResourceExt;
 use kube::api::Patch;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::{Context, Result, write_params};
@@ -37,6 +38,8 @@ pub enum Duty {
     Reconcile,
     /// Label it for this shard (the main operator, for an unlabelled tenant), and nothing more.
     Assign(String),
+    /// Say that its label names no shard of the install (the main operator), and nothing more.
+    Unknown(String),
     /// Another operator's.
     None,
 }
@@ -71,6 +74,9 @@ impl Sharding {
         match (label, &self.mine) {
             (Some(label), Some(mine)) if label == mine => Duty::Reconcile,
             (None, None) => Duty::Assign(self.assigned(name).to_owned()),
+            (Some(label), None) if !self.shards.iter().any(|s| s == label) => {
+                Duty::Unknown(label.to_owned())
+            }
             _ => Duty::None,
         }
     }
@@ -145,6 +151,19 @@ pub async fn assign(tenant: &Tenant, shard: &str, ctx: &Context) -> Result<Actio
     }
 }
 
+/// The main operator's word on a tenant whose label names no shard: nobody reconciles it until the
+/// label is fixed or the shard is added. A Warning Event, once per change of the tenant.
+pub async fn report_unknown(tenant: &Tenant, shard: &str, ctx: &Context) -> Result<Action> {
+    let note = format!(
+        "label {}={shard} names no shard of this install ({}): nobody reconciles this tenant; fix the label or add the shard (install --shards)",
+        labels::SHARD,
+        ctx.sharding.shards.join(",")
+    );
+    ctx.event(tenant, EventType::Warning, "UnknownShard", note)
+        .await;
+    Ok(Action::await_change())
+}
+
 /// A tenant's shard label, if it has one.
 pub fn shard_label(tenant: &Tenant) -> Option<&str> {
     tenant.labels().get(labels::SHARD).map(String::as_str)
@@ -205,6 +224,16 @@ mod tests {
         assert_eq!(main.duty("a", None), Duty::Assign("a".into()));
         assert_eq!(main.duty("b", None), Duty::Assign("b".into()));
         assert_eq!(main.duty("a", Some("a")), Duty::None);
+        assert_eq!(
+            main.duty("a", Some("c")),
+            Duty::Unknown("c".into()),
+            "a label naming no shard"
+        );
+        assert_eq!(
+            sharded(Some("a")).duty("a", Some("c")),
+            Duty::None,
+            "the main operator says so, not a shard"
+        );
         assert!(main.reconciles_runs_of(None), "a run whose tenant is gone");
         assert_eq!(main.lease_name(), "sentry-tenants-leader");
     }

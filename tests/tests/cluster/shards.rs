@@ -6,9 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use sentry_tenants::crd::{Tenant, TenantPhase};
 use sentry_tenants::install::Values;
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
@@ -150,6 +150,18 @@ async fn two_shards_reconcile_each_tenant_once_and_a_standby_takes_over_a_killed
         tenant_in_phase(&s, name, TenantPhase::Active).await;
     }
 
+    // A label naming no shard: the main operator says so, nobody reconciles the tenant.
+    s.apply("apiVersion: sentry.io/v1alpha1\nkind: Tenant\nmetadata:\n  name: zed\n  labels:\n    sentry.io/shard: c\nspec:\n  provisioning: Automatic\n");
+    let events: Api<Event> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until("the UnknownShard Event on zed", async || {
+        let on_zed = ListParams::default().fields("involvedObject.name=zed");
+        let list = events.list(&on_zed).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("UnknownShard"))
+    })
+    .await;
+
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     for (name, shard) in EXPECTED {
         let t = tenants.get(name).await.unwrap();
@@ -219,6 +231,15 @@ async fn two_shards_reconcile_each_tenant_once_and_a_standby_takes_over_a_killed
             );
         }
     }
+    assert!(
+        writers(&s, "tenants", "status", "zed").is_empty() && labellers(&s, "zed").is_empty(),
+        "a tenant of an unknown shard is left alone"
+    );
+    let zed = tenants.get("zed").await.unwrap();
+    assert!(
+        zed.status.is_none() && zed.finalizers().is_empty(),
+        "{zed:?}"
+    );
     s.assert_no_forbidden();
 }
 

@@ -90,6 +90,7 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action>
     match ctx.sharding.duty_for(&tenant) {
         Duty::Reconcile => {}
         Duty::Assign(shard) => return shards::assign(&tenant, &shard, &ctx).await,
+        Duty::Unknown(shard) => return shards::report_unknown(&tenant, &shard, &ctx).await,
         Duty::None => return Ok(Action::await_change()),
     }
     let _timer = ctx.metrics.reconcile_timer("tenant");
