@@ -5,6 +5,8 @@
 //!   command line (clap), so a renamed flag, a dropped subcommand or a value out of range fails here.
 //!   (What the commands then do is the other tests' business; the docs' YAML is applied to the real
 //!   apiserver by the cluster tier's `api_rules`.)
+//! - every code block is accounted for: run or admitted by a named test, or listed with the reason it
+//!   is not. A new block fails until it is one or the other; a listed block that is gone fails too.
 
 use std::path::{Path, PathBuf};
 
@@ -299,4 +301,142 @@ fn every_sentry_tenants_command_in_the_readme_and_docs_parses() {
             checked.join("\n")
         );
     }
+}
+
+/// A fenced block: its page, the heading it is under, its language.
+fn blocks() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for path in pages() {
+        let page = path.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut heading = String::new();
+        let mut fenced = false;
+        for line in text.lines() {
+            if let Some(lang) = line.strip_prefix("```") {
+                if !fenced {
+                    out.push((page.clone(), heading.clone(), lang.to_owned()));
+                }
+                fenced = !fenced;
+            } else if !fenced && line.starts_with('#') {
+                heading = line.trim_start_matches('#').trim().to_owned();
+            }
+        }
+    }
+    out
+}
+
+/// Each block: (page, heading, language), and what runs it — or why nothing does.
+const ACCOUNTED: &[(&str, &str, &str, &str)] = &[
+    (
+        "README.md",
+        "sentry-tenants",
+        "sh",
+        "`.ci/run` runs `bash scripts/test.sh`; `scripts/try.sh` is the main job",
+    ),
+    (
+        "README.md",
+        "In sixty seconds",
+        "yaml",
+        "cluster::api_rules::the_docs_yaml_is_admitted_under_strict_field_validation",
+    ),
+    (
+        "README.md",
+        "In sixty seconds",
+        "sh",
+        "cluster::readme (runs the block as written)",
+    ),
+    (
+        "docs/clickhouse.md",
+        "The provisioner (`sentry-tenants provision-tenant`)",
+        "console",
+        "not run: a transcript of `provision-tenant --dry-run`; every statement the provisioner can generate is parsed by integration::clickhouse_parser",
+    ),
+    (
+        "docs/concepts.md",
+        "What it does",
+        "console",
+        "not run: `kubectl get tenants` output; its columns are cluster::api_rules::kubectl_get_shows_the_printer_columns_and_short_names",
+    ),
+    (
+        "docs/concepts.md",
+        "Deleting a tenant",
+        "sh",
+        "not run: kubectl one-liners reading a finalizer; the reclaim tests read it through the API",
+    ),
+    (
+        "docs/concepts.md",
+        "Copies of the credentials where the applications run",
+        "yaml",
+        "cluster::api_rules::the_docs_yaml_is_admitted_under_strict_field_validation",
+    ),
+    (
+        "docs/concepts.md",
+        "Rotation on a schedule",
+        "yaml",
+        "cluster::api_rules::the_docs_yaml_is_admitted_under_strict_field_validation",
+    ),
+    (
+        "docs/concepts.md",
+        "A deleted credentials Secret",
+        "yaml",
+        "cluster::api_rules::the_docs_yaml_is_admitted_under_strict_field_validation",
+    ),
+    (
+        "docs/install.md",
+        "Install, upgrade, check, uninstall",
+        "sh",
+        "not run as written (registry.example.com, clickhouse.db): the same commands against the test cluster are cluster::readme",
+    ),
+    (
+        "docs/install.md",
+        "Consent to credential copies",
+        "sh",
+        "not run: prints RoleBindings; cluster::consent applies what grant-credentials prints",
+    ),
+    (
+        "docs/install.md",
+        "Quick start: the ClickHouse admin account, a tenant in YAML",
+        "sql",
+        "integration::clickhouse_parser parses each statement",
+    ),
+    (
+        "docs/install.md",
+        "Quick start: the ClickHouse admin account, a tenant in YAML",
+        "sh",
+        "not run as written (clickhouse.db): cluster::readme runs the same install against the test cluster",
+    ),
+    (
+        "docs/install.md",
+        "Quick start: the ClickHouse admin account, a tenant in YAML",
+        "yaml",
+        "cluster::api_rules::the_docs_yaml_is_admitted_under_strict_field_validation",
+    ),
+    (
+        "docs/testing.md",
+        "Rehearsing a red run",
+        "sh",
+        "not run by the suite (it would fail it on purpose): rehearsed by hand, docs/testing.md says when",
+    ),
+    (
+        "docs/testing.md",
+        "The local cluster (`scripts/cluster.sh`)",
+        "sh",
+        "not run as written: the same steps are scripts/try.sh's (the README's main job), and scripts/test.sh starts the cluster with the same script",
+    ),
+];
+
+#[test]
+fn every_code_block_is_run_or_says_why_not() {
+    let found: Vec<(String, String, String)> = blocks();
+    let listed: Vec<(String, String, String)> = ACCOUNTED
+        .iter()
+        .map(|(p, h, l, _)| ((*p).to_owned(), (*h).to_owned(), (*l).to_owned()))
+        .collect();
+    let unaccounted: Vec<_> = found.iter().filter(|b| !listed.contains(b)).collect();
+    assert!(
+        unaccounted.is_empty(),
+        "code blocks nobody runs and no reason given (add them to ACCOUNTED): {unaccounted:#?}"
+    );
+    let gone: Vec<_> = listed.iter().filter(|b| !found.contains(b)).collect();
+    assert!(gone.is_empty(), "listed blocks no page has: {gone:#?}");
 }

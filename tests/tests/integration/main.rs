@@ -9,7 +9,6 @@ mod clickhouse_parser;
 mod clickhouse_tls;
 mod crd_schema;
 mod dashboard_http;
-mod docs;
 mod e2e_clickhouse;
 mod fault_drills;
 mod harness_clock;
