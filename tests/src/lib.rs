@@ -820,6 +820,18 @@ impl Cluster {
         Self::with_config(now, config).await
     }
 
+    /// A cluster whose operator is one of a sharded install's: `shards`, and `--shard mine` (`None`:
+    /// the main operator).
+    pub async fn sharded(shards: &[&str], mine: Option<&str>) -> Self {
+        let now = Timestamp::from_second(Timestamp::now().as_second()).expect("in range");
+        let config = OperatorConfig {
+            shards: shards.iter().map(|s| (*s).to_owned()).collect(),
+            shard: mine.map(str::to_owned),
+            ..OperatorConfig::for_namespace(NS)
+        };
+        Self::with_config(now, config).await
+    }
+
     async fn with_config(start: Timestamp, config: OperatorConfig) -> Self {
         let fake = kube_fake_client::ClientBuilder::new()
             .with_resource::<Tenant>()

@@ -24,6 +24,7 @@ mod reclaim;
 mod run_cap;
 mod runjob_rules;
 mod secret_loss;
+mod shards;
 mod stale_cache_drill;
 mod stand_in_rules;
 mod tenant_rules;
