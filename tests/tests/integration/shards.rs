@@ -74,6 +74,22 @@ async fn a_label_set_meanwhile_wins_over_the_main_operators() {
     assert_eq!(c.log.writes().len(), 1, "the one refused patch");
 }
 
+/// The tenant deleted between the read and the write (404): nothing to label, the reconcile ends
+/// quietly. Any other refusal (a 500) is an error, retried by the controller's backoff.
+#[tokio::test]
+async fn a_tenant_gone_meanwhile_ends_the_labelling_and_a_failure_is_an_error() {
+    let c = Cluster::sharded(&["a", "b"], None).await;
+    c.create_tenant("b").await;
+    c.intercept.set(|method, path, _, _| {
+        (*method == Method::PATCH && path.ends_with("/tenants/b"))
+            .then(|| (404, status_body(404, "NotFound", "tenants \"b\" not found")))
+    });
+    c.reconcile_tenant("b").await;
+    c.intercept.refuse(Method::PATCH, "/tenants/b");
+    assert!(c.try_reconcile_tenant("b").await.is_err());
+    assert_eq!(shard_label(&c.tenant("b").await), None);
+}
+
 /// A label naming no shard: the main operator says so in a Warning Event, and writes nothing else.
 #[tokio::test]
 async fn the_main_operator_reports_a_label_naming_no_shard() {
