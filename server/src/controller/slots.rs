@@ -249,6 +249,29 @@ mod tests {
         assert_eq!(slots.waiting_runs("ns", &runs, &jobs), 1, "young waits");
     }
 
+    /// A freed slot wakes the oldest waiting runs, as many as slots are free, oldest first; once every
+    /// slot is taken, nobody.
+    #[test]
+    fn free_slots_wake_the_oldest_waiting_runs() {
+        let a = run("a", "2026-12-03T10:00:02Z");
+        let b = run("b", "2026-12-03T10:00:00Z");
+        let c = run("c", "2026-12-03T10:00:01Z");
+        let (runs, jobs) = stores(&[a, b.clone(), c.clone()]);
+        let slots = RunSlots::new(2);
+        let mut woken = slots.take_wake_ups().unwrap();
+        let mut names = || -> Vec<String> {
+            std::iter::from_fn(|| woken.try_next().ok().flatten())
+                .map(|r| r.name)
+                .collect()
+        };
+        slots.wake_next("ns", &runs, &jobs);
+        assert_eq!(names(), ["b", "c"]);
+        assert_eq!(slots.admit(&b, &runs, &jobs), Admission::Start);
+        assert_eq!(slots.admit(&c, &runs, &jobs), Admission::Start);
+        slots.wake_next("ns", &runs, &jobs);
+        assert_eq!(names(), Vec::<String>::new(), "every slot taken");
+    }
+
     /// A run whose Job create failed after it was admitted (an API fault) keeps its slot: its retry is
     /// admitted again, instead of waiting behind the slot it holds itself.
     #[test]
