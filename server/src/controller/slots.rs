@@ -260,7 +260,7 @@ mod tests {
         let slots = RunSlots::new(2);
         let mut woken = slots.take_wake_ups().unwrap();
         let mut names = || -> Vec<String> {
-            std::iter::from_fn(|| woken.try_next().ok().flatten())
+            std::iter::from_fn(|| woken.try_recv().ok())
                 .map(|r| r.name)
                 .collect()
         };
