@@ -42,26 +42,48 @@ use crate::crd::{
 pub const LOG_TAIL_LINES: i64 = 20;
 const LOG_TAIL_BYTES: i64 = 4096;
 
+/// Rule 0's answer for a run.
+enum Whose {
+    /// Another operator's.
+    Theirs,
+    /// Ours (unsharded: every run; nothing looked up yet).
+    Ours,
+    /// Ours, decided on its tenant as looked up (kept for rule 3: one lookup, not two).
+    OursWith(Option<Arc<Tenant>>),
+}
+
 /// Rule 0: a shard reconciles its tenants' runs; the main operator of a sharded install the runs whose
 /// tenant is gone.
-async fn reconciled_here(run: &RunJob, ctx: &Context) -> Result<bool> {
+async fn whose(run: &RunJob, ctx: &Context) -> Result<Whose> {
     if !ctx.sharding.is_sharded() {
-        return Ok(true);
+        return Ok(Whose::Ours);
     }
     let tenant = ctx.find_tenant(&run.spec.tenant).await?;
-    Ok(ctx.sharding.reconciles_runs_of(tenant.as_deref()))
+    Ok(if ctx.sharding.reconciles_runs_of(tenant.as_deref()) {
+        Whose::OursWith(tenant)
+    } else {
+        Whose::Theirs
+    })
 }
 
 pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
-    if !ctx.is_leader() || !reconciled_here(&run, &ctx).await? {
+    if !ctx.is_leader() {
         return Ok(Action::await_change());
     }
+    let looked_up = match whose(&run, &ctx).await? {
+        Whose::Theirs => return Ok(Action::await_change()),
+        Whose::Ours => None,
+        Whose::OursWith(tenant) => Some(tenant),
+    };
     let _timer = ctx.metrics.reconcile_timer("runjob");
     // Rule 1.
     if run.meta().deletion_timestamp.is_some() {
         return finalize(&run, &ctx).await;
     }
-    let tenant = ctx.find_tenant(&run.spec.tenant).await?;
+    let tenant = match looked_up {
+        Some(tenant) => tenant,
+        None => ctx.find_tenant(&run.spec.tenant).await?,
+    };
     // Rule 2.
     ensure_finalizer_and_owner(&run, tenant.as_deref(), &ctx).await?;
     // Rule 6.

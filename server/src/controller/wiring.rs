@@ -507,7 +507,6 @@ pub async fn run_controllers(
             let index = ctx.stores.run_index.clone();
             let runs_of =
                 move |t: Arc<Tenant>| index.runs_of(&kube::ResourceExt::name_any(t.as_ref()));
-            let rq = Arc::clone(&rq);
             let keys = {
                 let runs_of = runs_of.clone();
                 move |t: &Arc<Tenant>| {
