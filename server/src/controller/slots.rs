@@ -42,9 +42,10 @@ impl RunSlots {
         Self::build(cap, None)
     }
 
-    /// The cap of one shard: only its tenants' runs and Jobs count.
+    /// The cap of one shard: only its tenants' runs and Jobs count. Unsharded, every one does (a Job
+    /// without a tenant label included), as with [`Self::new`].
     pub fn sharded(cap: u16, owned: RunsOwned) -> Arc<Self> {
-        Self::build(cap, Some(owned))
+        Self::build(cap, owned.sharding.is_sharded().then_some(owned))
     }
 
     fn build(cap: u16, owned: Option<RunsOwned>) -> Arc<Self> {
