@@ -340,14 +340,6 @@ impl PageWindow {
     }
 }
 
-/// Cuts `page` (1-based, clamped to the pages there are) out of the filtered `rows`.
-pub fn paginate<T>(rows: Vec<T>, total: usize, page: Option<usize>) -> Page<T> {
-    let matched = rows.len();
-    let window = PageWindow::of(matched, page);
-    let rows = rows.into_iter().skip(window.skip).take(PAGE_SIZE).collect();
-    window.page(rows, matched, total)
-}
-
 /// Phases in display order, for filters and the overview.
 pub const TENANT_PHASES: [&str; 6] = [
     "Active",
@@ -442,24 +434,29 @@ pub fn clock_text(
 mod tests {
     use super::*;
 
+    /// The window of a page (1-based) among `matched` rows: which to skip, clamped to the pages there are.
     #[test]
     fn pages_are_cut_and_clamped() {
-        let rows: Vec<usize> = (0..(2 * PAGE_SIZE + 3)).collect();
-        let p = paginate(rows.clone(), 500, None);
+        let matched = 2 * PAGE_SIZE + 3;
+        let window = |page| {
+            let w = PageWindow::of(matched, page);
+            (w.page, w.pages, w.skip)
+        };
+        assert_eq!(window(None), (1, 3, 0));
+        assert_eq!(window(Some(3)), (3, 3, 2 * PAGE_SIZE));
         assert_eq!(
-            (p.page, p.pages, p.matched, p.total),
-            (1, 3, 2 * PAGE_SIZE + 3, 500)
+            window(Some(99)),
+            (3, 3, 2 * PAGE_SIZE),
+            "past the end: the last"
         );
-        assert_eq!(p.rows, (0..PAGE_SIZE).collect::<Vec<_>>());
-        let last = paginate(rows.clone(), 500, Some(3));
+        assert_eq!(window(Some(0)), (1, 3, 0));
+        let empty = PageWindow::of(0, Some(4));
+        assert_eq!((empty.page, empty.pages, empty.skip), (1, 1, 0));
+        let page = PageWindow::of(matched, Some(2)).page(vec!["row"], matched, 500);
         assert_eq!(
-            last.rows,
-            vec![2 * PAGE_SIZE, 2 * PAGE_SIZE + 1, 2 * PAGE_SIZE + 2]
+            (page.page, page.pages, page.matched, page.total, page.rows),
+            (2, 3, matched, 500, vec!["row"])
         );
-        assert_eq!(paginate(rows.clone(), 500, Some(99)).page, 3);
-        assert_eq!(paginate(rows, 500, Some(0)).page, 1);
-        let empty = paginate(Vec::<usize>::new(), 0, Some(4));
-        assert_eq!((empty.page, empty.pages, empty.rows.len()), (1, 1, 0));
     }
 
     #[test]

@@ -1116,7 +1116,7 @@ impl Cluster {
         let stores = &self.ctx.stores;
         refill_indexed(&mut w.tenants, |e| stores.index_tenant_event(e), tenants);
         refill_indexed(&mut w.runjobs, |e| stores.index_run_event(e), runs);
-        refill(&mut w.jobs, jobs);
+        refill_indexed(&mut w.jobs, |e| stores.index_job_event(e), jobs);
         self.mark_synced();
         drop(w);
         // As the watches do: a change is announced when a tenant or run changed, not on every relist.
@@ -1182,7 +1182,7 @@ impl Cluster {
         let stores = &self.ctx.stores;
         refill_indexed(&mut w.tenants, |e| stores.index_tenant_event(e), Vec::new());
         refill_indexed(&mut w.runjobs, |e| stores.index_run_event(e), Vec::new());
-        refill(&mut w.jobs, Vec::new());
+        refill_indexed(&mut w.jobs, |e| stores.index_job_event(e), Vec::new());
         self.mark_synced();
     }
 

@@ -6,7 +6,9 @@ mod backoff;
 pub mod concerns;
 pub mod consent;
 pub mod finished_runs;
+mod follow;
 pub mod job;
+mod job_index;
 pub mod queue;
 mod run_index;
 pub mod runjob;
@@ -19,6 +21,7 @@ mod wiring;
 
 pub use backoff::ErrorBackoff;
 pub use finished_runs::FinishedRuns;
+pub use job_index::JobIndex;
 pub use run_index::RunIndex;
 pub use tenant_index::{Filter as TenantFilter, Listing as TenantListing, TenantIndex};
 pub use wiring::{

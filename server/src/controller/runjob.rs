@@ -302,7 +302,7 @@ async fn get_or_create_job(run: &RunJob, ctx: &Context) -> Result<JobLookup> {
             None => JobLookup::Vanished,
         });
     }
-    if ctx.slots.admit(run, &ctx.stores.runjobs, &ctx.stores.jobs) == Admission::Wait {
+    if ctx.slots.admit(run, &ctx.stores) == Admission::Wait {
         return Ok(JobLookup::Queued);
     }
     match ctx
@@ -441,11 +441,8 @@ fn queued(run: &RunJob, cap: usize) -> RunJobStatus {
 
 /// Reconciles the queued runs that may take the slots free now.
 fn wake_queued(ctx: &Context) {
-    ctx.slots.wake_next(
-        &ctx.config.shared.namespace,
-        &ctx.stores.runjobs,
-        &ctx.stores.jobs,
-    );
+    ctx.slots
+        .wake_next(&ctx.config.shared.namespace, &ctx.stores);
 }
 
 fn waiting_for_foreign_job(run: &RunJob, job: &Job) -> RunJobStatus {

@@ -8,14 +8,16 @@
 //! under one lock, so two reconciles running side by side never both take the last slot.
 
 use std::collections::BTreeSet;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
-use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
+use super::run_index::queue_key;
 use super::shards::RunsOwned;
+use super::wiring::Stores;
 use crate::crd::RunJob;
 
 pub struct RunSlots {
@@ -70,12 +72,12 @@ impl RunSlots {
 
     /// Admits `run` (which has no Job yet) when a slot is free and no older run waits for it, and
     /// counts it from then on.
-    pub fn admit(&self, run: &RunJob, runs: &Store<RunJob>, jobs: &Store<Job>) -> Admission {
+    pub fn admit(&self, run: &RunJob, stores: &Stores) -> Admission {
         let mut admitted = self.admitted.lock().expect("slots lock");
         let ns = run.namespace().unwrap_or_default();
         let free = self
             .cap
-            .saturating_sub(self.taken(&mut admitted, runs, jobs, &ns));
+            .saturating_sub(self.taken(&mut admitted, stores, &ns));
         // Admitted before, and its Job create failed (or its Job is not cached yet): it holds its slot.
         if admitted.contains(run.name_any().as_str()) {
             return Admission::Start;
@@ -84,11 +86,18 @@ impl RunSlots {
         if free == 0 {
             return Admission::Wait;
         }
-        let older = runs
-            .state()
-            .iter()
-            .filter(|r| self.waiting(r, jobs, &admitted, &ns) && queue_key(r) < queue_key(run))
-            .count();
+        // The waiting runs ahead of this one, read oldest first until there are as many as free slots.
+        let place = queue_key(run);
+        let mut older = 0;
+        stores.run_index.read(|index| {
+            index.visit_queue(&ns, |key, run| {
+                if *key >= place || older >= free {
+                    return ControlFlow::Break(());
+                }
+                older += usize::from(self.waiting(&run, stores, &admitted));
+                ControlFlow::Continue(())
+            })
+        });
         if older < free {
             admitted.insert(run.name_any());
             Admission::Start
@@ -98,79 +107,73 @@ impl RunSlots {
     }
 
     /// After a run finished or went away: reconcile the queued runs that may now start.
-    pub fn wake_next(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) {
+    pub fn wake_next(&self, namespace: &str, stores: &Stores) {
         let mut admitted = self.admitted.lock().expect("slots lock");
         let free = self
             .cap
-            .saturating_sub(self.taken(&mut admitted, runs, jobs, namespace));
+            .saturating_sub(self.taken(&mut admitted, stores, namespace));
         if free == 0 {
             return;
         }
-        let mut oldest: Vec<Arc<RunJob>> = Vec::with_capacity(free + 1);
-        for run in runs.state() {
-            if !self.waiting(&run, jobs, &admitted, namespace) {
-                continue;
-            }
-            let at = oldest.partition_point(|o| queue_key(o) < queue_key(&run));
-            if at < free {
-                oldest.insert(at, run);
-                oldest.truncate(free);
-            }
-        }
+        let mut oldest = Vec::with_capacity(free);
+        stores.run_index.read(|index| {
+            index.visit_queue(namespace, |_, run| {
+                if self.waiting(&run, stores, &admitted) {
+                    oldest.push(run);
+                }
+                if oldest.len() < free {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            })
+        });
         for run in oldest {
-            let _ = self.wake.unbounded_send(ObjectRef::from_obj(run.as_ref()));
+            let _ = self.wake.unbounded_send(run);
         }
     }
 
     /// Runs in flight as this process counts them now (for metrics and tests).
-    pub fn in_flight(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) -> usize {
+    pub fn in_flight(&self, namespace: &str, stores: &Stores) -> usize {
         self.taken(
             &mut self.admitted.lock().expect("slots lock"),
-            runs,
-            jobs,
+            stores,
             namespace,
         )
     }
 
     /// Runs waiting for a slot now (for metrics).
-    pub fn waiting_runs(&self, namespace: &str, runs: &Store<RunJob>, jobs: &Store<Job>) -> usize {
+    pub fn waiting_runs(&self, namespace: &str, stores: &Stores) -> usize {
         let admitted = self.admitted.lock().expect("slots lock");
-        runs.state()
-            .iter()
-            .filter(|r| self.waiting(r, jobs, &admitted, namespace))
-            .count()
+        let mut waiting = 0;
+        stores.run_index.read(|index| {
+            index.visit_queue(namespace, |_, run| {
+                waiting += usize::from(self.waiting(&run, stores, &admitted));
+                ControlFlow::Continue(())
+            })
+        });
+        waiting
     }
 }
 
-/// The order of the queue: oldest first, then by name.
-fn queue_key(run: &RunJob) -> (Option<&jiff::Timestamp>, Option<&str>) {
-    (
-        run.metadata.creation_timestamp.as_ref().map(|t| &t.0),
-        run.metadata.name.as_deref(),
-    )
-}
-
 impl RunSlots {
-    /// The slots taken: this shard's unfinished Jobs in the cache, and the admitted runs the cache
-    /// does not show yet. Forgets admitted runs once the cache shows their Job or they finished or
-    /// went away.
-    fn taken(
-        &self,
-        admitted: &mut BTreeSet<String>,
-        runs: &Store<RunJob>,
-        jobs: &Store<Job>,
-        namespace: &str,
-    ) -> usize {
+    /// The slots taken: this shard's unfinished Jobs, and the admitted runs the cache does not show a
+    /// Job of yet. Forgets admitted runs once the cache shows their Job or they finished or went away.
+    fn taken(&self, admitted: &mut BTreeSet<String>, stores: &Stores, namespace: &str) -> usize {
         admitted.retain(|name| {
             let key = ObjectRef::new(name).within(namespace);
-            let run_in_flight = runs.get(&key).is_some_and(|r| r.is_in_flight());
-            run_in_flight && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+            let run_in_flight = stores.runjobs.get(&key).is_some_and(|r| r.is_in_flight());
+            run_in_flight
+                && stores
+                    .jobs
+                    .get(&ObjectRef::new(name).within(namespace))
+                    .is_none()
         });
-        let running = jobs
-            .state()
-            .iter()
-            .filter(|j| !super::job::finished(j) && self.owns_job(j))
-            .count();
+        let running = stores.job_index.read(|jobs| {
+            jobs.tenants(namespace)
+                .filter(|tenant| self.owns_job(*tenant))
+                .count()
+        });
         running + admitted.len()
     }
 
@@ -178,25 +181,30 @@ impl RunSlots {
     /// cached), not admitted.
     fn waiting(
         &self,
-        run: &RunJob,
-        jobs: &Store<Job>,
+        key: &ObjectRef<RunJob>,
+        stores: &Stores,
         admitted: &BTreeSet<String>,
-        namespace: &str,
     ) -> bool {
-        let Some(name) = run.metadata.name.as_deref() else {
+        if admitted.contains(&key.name) {
+            return false;
+        }
+        let Some(run) = stores.runjobs.get(key) else {
             return false;
         };
         run.is_in_flight()
             && run.status.as_ref().is_none_or(|s| s.job_ref.is_none())
-            && !admitted.contains(name)
-            && jobs.get(&ObjectRef::new(name).within(namespace)).is_none()
+            && stores
+                .jobs
+                .get(
+                    &ObjectRef::new(&key.name).within(key.namespace.as_deref().unwrap_or_default()),
+                )
+                .is_none()
             && self.owns_tenant(&run.spec.tenant)
     }
 
     /// A Job counts against this shard's cap when its tenant (its `sentry.io/tenant` label) is one
     /// of the shard's.
-    fn owns_job(&self, job: &Job) -> bool {
-        let tenant = job.labels().get(crate::labels::TENANT);
+    fn owns_job(&self, tenant: Option<&str>) -> bool {
         self.owned.is_none() || tenant.is_some_and(|t| self.owns_tenant(t))
     }
 
@@ -208,6 +216,7 @@ impl RunSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::batch::v1::Job;
     use kube::runtime::{reflector, watcher};
 
     fn run(name: &str, created: &str) -> RunJob {
@@ -219,17 +228,20 @@ mod tests {
         .unwrap()
     }
 
-    fn stores(runs: &[RunJob]) -> (Store<RunJob>, Store<Job>) {
-        let (run_store, mut run_writer) = reflector::store::<RunJob>();
-        run_writer.apply_watcher_event(&watcher::Event::Init);
-        for r in runs {
-            run_writer.apply_watcher_event(&watcher::Event::InitApply(r.clone()));
+    /// The caches and their indexes as the watches leave them after listing `runs` and `jobs`.
+    fn stores(runs: &[RunJob], jobs: &[Job]) -> Stores {
+        let (stores, mut writers) = Stores::shared();
+        for run in runs {
+            let event = watcher::Event::Apply(run.clone());
+            stores.index_run_event(&event);
+            writers.runjobs.apply_watcher_event(&event);
         }
-        run_writer.apply_watcher_event(&watcher::Event::InitDone);
-        let (job_store, mut job_writer) = reflector::store::<Job>();
-        job_writer.apply_watcher_event(&watcher::Event::Init);
-        job_writer.apply_watcher_event(&watcher::Event::InitDone);
-        (run_store, job_store)
+        for job in jobs {
+            let event = watcher::Event::Apply(job.clone());
+            stores.index_job_event(&event);
+            writers.jobs.apply_watcher_event(&event);
+        }
+        stores
     }
 
     /// The oldest waiting run takes a free slot; a younger one waits even when it is reconciled first.
@@ -237,17 +249,17 @@ mod tests {
     fn the_oldest_waiting_run_takes_the_free_slot() {
         let old = run("old", "2026-12-03T10:00:00Z");
         let young = run("young", "2026-12-03T10:00:05Z");
-        let (runs, jobs) = stores(&[old.clone(), young.clone()]);
+        let stores = stores(&[old.clone(), young.clone()], &[]);
         let slots = RunSlots::new(1);
-        assert_eq!(slots.admit(&young, &runs, &jobs), Admission::Wait);
-        assert_eq!(slots.admit(&old, &runs, &jobs), Admission::Start);
+        assert_eq!(slots.admit(&young, &stores), Admission::Wait);
+        assert_eq!(slots.admit(&old, &stores), Admission::Start);
         assert_eq!(
-            slots.admit(&young, &runs, &jobs),
+            slots.admit(&young, &stores),
             Admission::Wait,
             "the slot is taken"
         );
-        assert_eq!(slots.in_flight("ns", &runs, &jobs), 1);
-        assert_eq!(slots.waiting_runs("ns", &runs, &jobs), 1, "young waits");
+        assert_eq!(slots.in_flight("ns", &stores), 1);
+        assert_eq!(slots.waiting_runs("ns", &stores), 1, "young waits");
     }
 
     /// A freed slot wakes the oldest waiting runs, as many as slots are free, oldest first; once every
@@ -257,7 +269,7 @@ mod tests {
         let a = run("a", "2026-12-03T10:00:02Z");
         let b = run("b", "2026-12-03T10:00:00Z");
         let c = run("c", "2026-12-03T10:00:01Z");
-        let (runs, jobs) = stores(&[a, b.clone(), c.clone()]);
+        let stores = stores(&[a, b.clone(), c.clone()], &[]);
         let slots = RunSlots::new(2);
         let mut woken = slots.take_wake_ups().unwrap();
         let mut names = || -> Vec<String> {
@@ -265,11 +277,11 @@ mod tests {
                 .map(|r| r.name)
                 .collect()
         };
-        slots.wake_next("ns", &runs, &jobs);
+        slots.wake_next("ns", &stores);
         assert_eq!(names(), ["b", "c"]);
-        assert_eq!(slots.admit(&b, &runs, &jobs), Admission::Start);
-        assert_eq!(slots.admit(&c, &runs, &jobs), Admission::Start);
-        slots.wake_next("ns", &runs, &jobs);
+        assert_eq!(slots.admit(&b, &stores), Admission::Start);
+        assert_eq!(slots.admit(&c, &stores), Admission::Start);
+        slots.wake_next("ns", &stores);
         assert_eq!(names(), Vec::<String>::new(), "every slot taken");
     }
 
@@ -278,10 +290,10 @@ mod tests {
     #[test]
     fn a_run_admitted_before_is_admitted_again() {
         let only = run("only", "2026-12-03T10:00:00Z");
-        let (runs, jobs) = stores(std::slice::from_ref(&only));
+        let stores = stores(std::slice::from_ref(&only), &[]);
         let slots = RunSlots::new(1);
-        assert_eq!(slots.admit(&only, &runs, &jobs), Admission::Start);
-        assert_eq!(slots.admit(&only, &runs, &jobs), Admission::Start);
+        assert_eq!(slots.admit(&only, &stores), Admission::Start);
+        assert_eq!(slots.admit(&only, &stores), Admission::Start);
     }
 
     fn tenant(name: &str, shard: &str) -> crate::crd::Tenant {
@@ -308,12 +320,12 @@ mod tests {
         let (tenants, mut tenant_writer) = reflector::store();
         tenant_writer.apply_watcher_event(&watcher::Event::Apply(tenant("mine", "a")));
         tenant_writer.apply_watcher_event(&watcher::Event::Apply(tenant("theirs", "b")));
-        let (runs, jobs) = stores(&[
+        let runs = [
             run("mine", "2026-12-03T10:00:05Z"),
             run("theirs", "2026-12-03T10:00:00Z"),
-        ]);
-        let (jobs_with_theirs, mut job_writer) = reflector::store::<Job>();
-        job_writer.apply_watcher_event(&watcher::Event::Apply(job_of("theirs", "theirs-other-1")));
+        ];
+        let without_jobs = stores(&runs, &[]);
+        let with_theirs = stores(&runs, &[job_of("theirs", "theirs-other-1")]);
         let owned = |shard: &str| RunsOwned {
             sharding: super::super::shards::Sharding::new(
                 vec!["a".into(), "b".into()],
@@ -323,26 +335,22 @@ mod tests {
             namespace: "ns".into(),
         };
         let a = RunSlots::sharded(1, owned("a"));
-        assert_eq!(a.in_flight("ns", &runs, &jobs_with_theirs), 0, "b's Job");
+        assert_eq!(a.in_flight("ns", &with_theirs), 0, "b's Job");
         assert_eq!(
-            a.waiting_runs("ns", &runs, &jobs),
+            a.waiting_runs("ns", &without_jobs),
             1,
             "only its own run waits"
         );
         let mine = run("mine", "2026-12-03T10:00:05Z");
         assert_eq!(
-            a.admit(&mine, &runs, &jobs_with_theirs),
+            a.admit(&mine, &with_theirs),
             Admission::Start,
             "b's older waiting run is not ahead of it, b's Job takes no slot"
         );
         let b = RunSlots::sharded(1, owned("b"));
-        assert_eq!(
-            b.in_flight("ns", &runs, &jobs_with_theirs),
-            1,
-            "its own Job"
-        );
+        assert_eq!(b.in_flight("ns", &with_theirs), 1, "its own Job");
         let unsharded = RunSlots::new(1);
-        assert_eq!(unsharded.in_flight("ns", &runs, &jobs_with_theirs), 1);
-        assert_eq!(unsharded.waiting_runs("ns", &runs, &jobs), 2);
+        assert_eq!(unsharded.in_flight("ns", &with_theirs), 1);
+        assert_eq!(unsharded.waiting_runs("ns", &without_jobs), 2);
     }
 }

@@ -5,25 +5,20 @@
 //! a substring has no index, but the entries are small and already in order.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
 use super::concerns::may_concern;
+use super::follow::{Followed, Follows};
 use crate::crd::{Tenant, TenantPhase};
 
 #[derive(Clone, Default)]
-pub struct TenantIndex(Arc<RwLock<Inner>>);
+pub struct TenantIndex(Followed<Namespaces>);
 
+/// Each namespace's tenants.
 #[derive(Default)]
-struct Inner {
-    live: Namespaces,
-    /// A relist in progress: built aside, swapped in when complete (as the cache itself does).
-    relist: Option<Namespaces>,
-}
-
-type Namespaces = HashMap<String, Index>;
+struct Namespaces(HashMap<String, Index>);
 
 /// One namespace's tenants.
 #[derive(Default)]
@@ -65,7 +60,17 @@ impl Entry {
     }
 }
 
-fn insert(namespaces: &mut Namespaces, tenant: &Tenant) {
+impl Follows<Tenant> for Namespaces {
+    fn insert(&mut self, tenant: &Tenant) {
+        insert(&mut self.0, tenant);
+    }
+
+    fn remove(&mut self, tenant: &Tenant) {
+        remove(&mut self.0, tenant);
+    }
+}
+
+fn insert(namespaces: &mut HashMap<String, Index>, tenant: &Tenant) {
     let namespace = tenant.namespace().unwrap_or_default();
     let index = namespaces.entry(namespace).or_default();
     let name = tenant.name_any();
@@ -89,7 +94,7 @@ fn insert(namespaces: &mut Namespaces, tenant: &Tenant) {
     );
 }
 
-fn remove(namespaces: &mut Namespaces, tenant: &Tenant) {
+fn remove(namespaces: &mut HashMap<String, Index>, tenant: &Tenant) {
     let namespace = tenant.namespace().unwrap_or_default();
     if let Some(index) = namespaces.get_mut(&namespace) {
         index.remove(&tenant.name_any());
@@ -156,22 +161,7 @@ impl Index {
 impl TenantIndex {
     /// Follows one watch event, exactly as the Tenant cache does.
     pub fn apply(&self, event: &Event<Tenant>) {
-        let mut inner = self.0.write().unwrap_or_else(|p| p.into_inner());
-        match event {
-            Event::Apply(tenant) => insert(&mut inner.live, tenant),
-            Event::Delete(tenant) => remove(&mut inner.live, tenant),
-            Event::Init => inner.relist = Some(Namespaces::default()),
-            Event::InitApply(tenant) => {
-                if let Some(relist) = inner.relist.as_mut() {
-                    insert(relist, tenant);
-                }
-            }
-            Event::InitDone => {
-                if let Some(relist) = inner.relist.take() {
-                    inner.live = relist;
-                }
-            }
-        }
+        self.0.apply(event);
     }
 
     /// The tenants of `namespace` that `filter` matches, in name order; `window` is told how many
@@ -182,35 +172,36 @@ impl TenantIndex {
         filter: Filter<'_>,
         window: impl FnOnce(usize) -> (usize, usize),
     ) -> Listing {
-        let inner = self.0.read().unwrap_or_else(|p| p.into_inner());
-        match inner.live.get(namespace) {
+        self.0.read(|namespaces| match namespaces.0.get(namespace) {
             Some(index) => index.list(filter, window),
             None => Index::default().list(filter, window),
-        }
+        })
     }
 
     /// The tenants of `namespace` that have a concern now or will have one if nothing changes: the
     /// only ones the "needs attention" list need look at.
     pub fn concerned(&self, namespace: &str) -> Vec<String> {
-        let inner = self.0.read().unwrap_or_else(|p| p.into_inner());
-        inner
-            .live
-            .get(namespace)
-            .map(|index| index.concerned.iter().cloned().collect())
-            .unwrap_or_default()
+        self.0.read(|namespaces| {
+            namespaces
+                .0
+                .get(namespace)
+                .map(|index| index.concerned.iter().cloned().collect())
+                .unwrap_or_default()
+        })
     }
 
     /// How many tenants of `namespace` are in each phase, and in all.
     pub fn counts(&self, namespace: &str) -> (HashMap<TenantPhase, usize>, usize) {
-        let inner = self.0.read().unwrap_or_else(|p| p.into_inner());
-        let Some(index) = inner.live.get(namespace) else {
-            return (HashMap::new(), 0);
-        };
-        let by_phase = TenantPhase::ALL
-            .iter()
-            .map(|p| (*p, index.count(*p)))
-            .collect();
-        (by_phase, index.by_name.len())
+        self.0.read(|namespaces| {
+            let Some(index) = namespaces.0.get(namespace) else {
+                return (HashMap::new(), 0);
+            };
+            let by_phase = TenantPhase::ALL
+                .iter()
+                .map(|p| (*p, index.count(*p)))
+                .collect();
+            (by_phase, index.by_name.len())
+        })
     }
 }
 

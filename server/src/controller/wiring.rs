@@ -15,7 +15,9 @@ use tokio::sync::watch;
 
 use super::queue::{Key, Queue};
 use super::slots::RunSlots;
-use super::{Context, FinishedRuns, Queues, RunIndex, TenantIndex, error_policy, runjob, tenant};
+use super::{
+    Context, FinishedRuns, JobIndex, Queues, RunIndex, TenantIndex, error_policy, runjob, tenant,
+};
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
 use crate::telemetry::Snapshot;
 
@@ -32,8 +34,10 @@ pub struct Stores {
     pub jobs: Store<Job>,
     /// The markers of the tenants' credentials Secrets (rule 11), by name.
     pub markers: Store<ConfigMap>,
-    /// Runs by tenant, fed from the RunJob watch alongside its cache.
+    /// Runs by tenant and the queue for slots, fed from the RunJob watch alongside its cache.
     pub run_index: RunIndex,
+    /// The unfinished Jobs the cap counts, fed from the Job watch alongside its cache.
+    pub job_index: JobIndex,
     /// Tenants in the dashboard's orders, fed from the Tenant watch alongside its cache.
     pub tenant_index: TenantIndex,
     /// The overview's counts of finished runs, fed from both watches.
@@ -129,7 +133,7 @@ impl Stores {
     /// The failed runs of `namespace` not cleaned up yet, from the cache through the run index (not
     /// a scan).
     pub fn failed_runs(&self, namespace: &str) -> Vec<Arc<RunJob>> {
-        let cached = self.run_index.failed().into_iter();
+        let cached = self.run_index.read(|i| i.failed()).into_iter();
         let cached = cached.filter_map(|key| self.runjobs.get(&key));
         cached
             .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
@@ -154,8 +158,8 @@ impl Stores {
             tenants: self.tenant_index.counts(namespace).0,
             tenants_retrying,
             runs,
-            runs_in_flight: slots.in_flight(namespace, &self.runjobs, &self.jobs),
-            runs_waiting: slots.waiting_runs(namespace, &self.runjobs, &self.jobs),
+            runs_in_flight: slots.in_flight(namespace, self),
+            runs_waiting: slots.waiting_runs(namespace, self),
             runs_max_in_flight: slots.cap(),
         }
     }
@@ -172,6 +176,7 @@ impl Stores {
                 jobs,
                 markers: mw.as_reader(),
                 run_index: RunIndex::default(),
+                job_index: JobIndex::default(),
                 tenant_index: TenantIndex::default(),
                 finished_runs: FinishedRuns::default(),
                 changes: Changes::new(),
@@ -198,10 +203,15 @@ impl Stores {
         self.finished_runs.run_event(event);
     }
 
+    /// Follows a Job watch event in the index kept beside the cache.
+    pub fn index_job_event(&self, event: &watcher::Event<Job>) {
+        self.job_index.apply(event);
+    }
+
     /// `tenant`'s runs in `namespace`, from the cache, found through the run index (not a scan).
     pub fn runs_of(&self, namespace: &str, tenant: &str) -> Vec<Arc<RunJob>> {
         self.run_index
-            .runs_of(tenant)
+            .read(|i| i.runs_of(tenant))
             .iter()
             .filter_map(|key| self.runjobs.get(key))
             .filter(|r| {
@@ -364,6 +374,14 @@ pub fn watch_caches(
         watcher(Api::<Job>::namespaced(client, &ns), job_config)
             .default_backoff()
             .modify(drop_managed_fields)
+            .inspect({
+                let stores = stores.clone();
+                move |event| {
+                    if let Ok(event) = event {
+                        stores.index_job_event(event);
+                    }
+                }
+            })
             .reflect_shared(jw)
             .inspect(stores.after_cached(Cache::Jobs))
             .for_each(|_| futures::future::ready(()))
@@ -505,8 +523,9 @@ pub async fn run_controllers(
     let run_controller = match subscribe_tenants_for_runs {
         Some(tenants) => {
             let index = ctx.stores.run_index.clone();
-            let runs_of =
-                move |t: Arc<Tenant>| index.runs_of(&kube::ResourceExt::name_any(t.as_ref()));
+            let runs_of = move |t: Arc<Tenant>| {
+                index.read(|i| i.runs_of(&kube::ResourceExt::name_any(t.as_ref())))
+            };
             let keys = {
                 let runs_of = runs_of.clone();
                 move |t: &Arc<Tenant>| {

@@ -15,7 +15,7 @@ use kube::{Client, ResourceExt};
 use sentry_tenants_app::api::{Backend, BoxFuture, TenantQuery};
 use sentry_tenants_app::model::{
     ConditionView, CopyView, EventView, HistoryView, Meta, Overview, PAGE_SIZE, Page, PageWindow,
-    PhaseCount, RunDetail, RunRow, TENANT_PHASES, TenantDetail, TenantRow, paginate,
+    PhaseCount, RunDetail, RunRow, TENANT_PHASES, TenantDetail, TenantRow,
 };
 
 use super::actions::ActingAs;
@@ -76,10 +76,6 @@ impl ClusterBackend {
             Ok(found) => found.map(Arc::new),
             Err(_) => self.tenant_object(name).await,
         }
-    }
-
-    fn in_namespace<K: kube::Resource>(&self, obj: &K) -> bool {
-        obj.meta().namespace.as_deref() == Some(self.namespace.as_str())
     }
 
     pub fn tenant_row(&self, t: &Tenant, busy: Busy) -> TenantRow {
@@ -296,7 +292,7 @@ impl Backend for ClusterBackend {
             Overview {
                 tenants_total,
                 tenants_by_phase,
-                runs_in_flight: self.stores.run_index.in_flight(&self.namespace),
+                runs_in_flight: self.stores.run_index.read(|i| i.in_flight(&self.namespace)),
                 finished_last_24h: per_hour.iter().map(|[ok, failed]| ok + failed).sum(),
                 cleaned_up_last_24h: finished.recorded(&self.namespace, first, insights::HOURS),
                 leader,
@@ -347,10 +343,15 @@ impl Backend for ClusterBackend {
     }
 
     fn runs(&self, page: Option<usize>) -> Page<RunRow> {
-        let mut runs = self.stores.runjobs.state_filter(|r| self.in_namespace(r));
-        newest_first(&mut runs);
-        let total = runs.len();
-        paginate(runs, total, page).map(|r| run_row(&r))
+        let mut window = PageWindow::of(0, None);
+        let (keys, total) = self.stores.run_index.read(|index| {
+            index.newest(&self.namespace, |total| {
+                window = PageWindow::of(total, page);
+                (window.skip, PAGE_SIZE)
+            })
+        });
+        let rows = keys.iter().filter_map(|key| self.stores.runjobs.get(key));
+        window.page(rows.map(|r| run_row(&r)).collect(), total, total)
     }
 
     fn tenant(&self, name: &str) -> BoxFuture<'_, Option<TenantDetail>> {

@@ -296,7 +296,7 @@ pub fn probe(args: &[String]) -> anyhow::Result<()> {
     let rss_after_kib = rss_kib();
     assert_eq!(tenant_cache.as_reader().len(), n);
     assert_eq!(run_cache.as_reader().len(), n);
-    assert_eq!(run_index.runs_of("t-00000").len(), 1);
+    assert_eq!(run_index.read(|i| i.runs_of("t-00000")).len(), 1);
     std::hint::black_box((&tenants, &runs));
 
     let result = ProbeResult {
