@@ -52,12 +52,12 @@ struct Kept {
 impl Kept {
     fn new(headers: HeaderMap, body: &Bytes, nonce: String) -> Self {
         let mut pieces = Vec::new();
-        let mut rest = body.clone();
-        while let Some(at) = find(&rest, nonce.as_bytes()) {
-            pieces.push(rest.slice(..at));
-            rest = rest.slice(at + nonce.len()..);
+        let mut from = 0;
+        for at in memchr::memmem::find_iter(body, nonce.as_bytes()) {
+            pieces.push(body.slice(from..at));
+            from = at + nonce.len();
         }
-        pieces.push(rest);
+        pieces.push(body.slice(from..));
         Self {
             headers,
             pieces,
@@ -77,10 +77,6 @@ impl Kept {
         }
         body.into()
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 impl PageCache {

@@ -56,6 +56,10 @@ impl Mode {
     }
 }
 
+/// Tenants of the full-histories figures, whatever the scale: the fleet one replica's memory limit is
+/// sized for. At 100,000 the JSON alone would be about 9 GiB, and the figure is a share of that limit.
+const FULL_HISTORY_TENANTS: usize = 10_000;
+
 /// The share of the memory limit the caches may take: twice that during a relist, and room for the rest.
 const RELIST_SHARE: f64 = 0.4;
 
@@ -66,21 +70,22 @@ pub async fn measure(n: usize, sample: crate::cluster::Sample) -> Section {
     let real = sample.tenant.is_some() && sample.run.is_some();
     let one = templates(sample).await;
     let full = with_full_history(&one);
-    let probe = |t: &Templates, mode: Mode| {
+    let probe = |t: &Templates, tenants: usize, mode: Mode| {
         let path = std::env::temp_dir().join(format!(
             "sentry-tenants-bench-{}-{}.json",
             std::process::id(),
             mode.arg()
         ));
         std::fs::write(&path, serde_json::to_vec(t).unwrap()).unwrap();
-        let result = run_probe(&path, n, mode);
+        let result = run_probe(&path, tenants, mode);
         let _ = std::fs::remove_file(&path);
         result
     };
-    let baseline = probe(&one, Mode::Slim);
-    let kept = probe(&one, Mode::Keep);
-    let full_slim = probe(&full, Mode::Slim);
-    let full_kept = probe(&full, Mode::Keep);
+    let baseline = probe(&one, n, Mode::Slim);
+    let kept = probe(&one, n, Mode::Keep);
+    let full_n = n.min(FULL_HISTORY_TENANTS);
+    let full_slim = probe(&full, full_n, Mode::Slim);
+    let full_kept = probe(&full, full_n, Mode::Keep);
     let ratio = |p: &ProbeResult| p.cache_kib() as f64 * 1024.0 / p.json_bytes as f64;
     let mib = |kib: u64| kib as f64 / 1024.0;
     let json_mib = |p: &ProbeResult| p.json_bytes as f64 / 1024.0 / 1024.0;
@@ -108,7 +113,7 @@ pub async fn measure(n: usize, sample: crate::cluster::Sample) -> Section {
             figure("JSON per object", baseline.json_bytes as f64 / baseline.objects as f64, "bytes")
                 .note(format!("an Active tenant with one history record and a finished run; {source}")),
             figure(
-                format!("full histories: cache RSS, {n} tenants × {HISTORY_LIMIT} runs recorded"),
+                format!("full histories: cache RSS, {full_n} tenants × {HISTORY_LIMIT} runs recorded"),
                 mib(full_slim.cache_kib()),
                 "MiB",
             )
@@ -120,7 +125,7 @@ pub async fn measure(n: usize, sample: crate::cluster::Sample) -> Section {
                  and dropped before caching, the live runs' kept",
                 RELIST_SHARE * 100.0,
                 json_mib(&full_slim),
-                (full_slim.json_bytes as f64 - n as f64 * full_run_bytes(&full)) / n as f64
+                (full_slim.json_bytes as f64 - full_n as f64 * full_run_bytes(&full)) / full_n as f64
             )),
             figure("full histories, nothing slimmed", mib(full_kept.cache_kib()), "MiB").note(format!(
                 "{:.0} % of the memory limit: why the caches drop history log tails (the tenant page reads \
