@@ -41,6 +41,11 @@ impl Follows<Job> for UnfinishedJobs {
 }
 
 impl UnfinishedJobs {
+    /// How many of `namespace`'s Jobs are unfinished.
+    pub fn count(&self, namespace: &str) -> usize {
+        self.0.get(namespace).map_or(0, HashMap::len)
+    }
+
     /// The tenants of `namespace`'s unfinished Jobs, one entry per Job (`None`: a Job without the label).
     pub fn tenants<'a>(&'a self, namespace: &str) -> impl Iterator<Item = Option<&'a str>> + 'a {
         self.0
@@ -85,6 +90,8 @@ mod tests {
             unfinished(&index),
             [None, Some("a".to_owned()), Some("b".to_owned())]
         );
+        assert_eq!(index.read(|i| i.count("ns")), 3);
+        assert_eq!(index.read(|i| i.count("elsewhere")), 0);
         index.apply(&Event::Apply(job(
             "a-provision-1",
             Some("a"),

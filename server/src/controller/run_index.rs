@@ -130,15 +130,15 @@ impl Index {
         (runs.collect(), places.len())
     }
 
-    /// `namespace`'s runs in flight with no Job recorded, oldest first, each with its place, until
-    /// `visit` breaks.
+    /// The places of `namespace`'s runs in flight with no Job recorded (the run's name is the second
+    /// part), oldest first, until `visit` breaks.
     pub fn visit_queue(
         &self,
         namespace: &str,
-        mut visit: impl FnMut(&QueueKey, ObjectRef<RunJob>) -> ControlFlow<()>,
+        mut visit: impl FnMut(&QueueKey) -> ControlFlow<()>,
     ) {
         for place in self.queue.get(namespace).into_iter().flatten() {
-            if visit(place, ObjectRef::new(&place.1).within(namespace)).is_break() {
+            if visit(place).is_break() {
                 return;
             }
         }
@@ -225,8 +225,8 @@ mod tests {
     fn queue(index: &RunIndex) -> Vec<String> {
         let mut names = Vec::new();
         index.read(|i| {
-            i.visit_queue("ns", |_, run| {
-                names.push(run.name);
+            i.visit_queue("ns", |(_, name)| {
+                names.push(name.clone());
                 ControlFlow::Continue(())
             })
         });
@@ -275,8 +275,8 @@ mod tests {
         index.apply(&Event::Apply(old_a));
         index.apply(&Event::Apply(old_b));
         index.read(|i| {
-            i.visit_queue("ns", |_, run| {
-                stopped_early.push(run.name);
+            i.visit_queue("ns", |(_, name)| {
+                stopped_early.push(name.clone());
                 ControlFlow::Break(())
             })
         });

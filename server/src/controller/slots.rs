@@ -7,7 +7,7 @@
 //! runs this process admitted whose Jobs the cache has not shown yet: admission checks and records
 //! under one lock, so two reconciles running side by side never both take the last slot.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +15,7 @@ use futures::channel::mpsc;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use super::run_index::queue_key;
+use super::run_index::{QueueKey, queue_key};
 use super::shards::RunsOwned;
 use super::wiring::Stores;
 use crate::crd::RunJob;
@@ -25,7 +25,7 @@ pub struct RunSlots {
     /// The runs this operator counts and starts: its shard's (all of them when unsharded).
     owned: Option<RunsOwned>,
     /// Runs admitted by this process whose Job the cache may not show yet.
-    admitted: Mutex<BTreeSet<String>>,
+    admitted: Mutex<HashSet<String>>,
     /// Queued runs to reconcile now that a slot is free (the RunJob controller listens).
     wake: mpsc::UnboundedSender<ObjectRef<RunJob>>,
     woken: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<RunJob>>>>,
@@ -74,32 +74,22 @@ impl RunSlots {
     /// counts it from then on.
     pub fn admit(&self, run: &RunJob, stores: &Stores) -> Admission {
         let mut admitted = self.admitted.lock().expect("slots lock");
-        let ns = run.namespace().unwrap_or_default();
-        let free = self
-            .cap
-            .saturating_sub(self.taken(&mut admitted, stores, &ns));
+        let name = run.name_any();
         // Admitted before, and its Job create failed (or its Job is not cached yet): it holds its slot.
-        if admitted.contains(run.name_any().as_str()) {
+        if admitted.contains(&name) {
             return Admission::Start;
         }
-        // Cheap when every slot is taken, the common case while a long queue drains.
-        if free == 0 {
-            return Admission::Wait;
-        }
-        // The waiting runs ahead of this one, read oldest first until there are as many as free slots.
+        let ns = run.namespace().unwrap_or_default();
         let place = queue_key(run);
-        let mut older = 0;
-        stores.run_index.read(|index| {
-            index.visit_queue(&ns, |key, run| {
-                if *key >= place || older >= free {
-                    return ControlFlow::Break(());
-                }
-                older += usize::from(self.waiting(&run, stores, &admitted));
-                ControlFlow::Continue(())
-            })
-        });
-        if older < free {
-            admitted.insert(run.name_any());
+        // Admitted runs whose Job the cache shows by now are counted twice until forgotten, which
+        // reads every admitted run: only worth it when the count as it stands says wait. Counting
+        // too many never starts a run too many.
+        let start = self.may_start(&place, &ns, stores, &admitted) || {
+            self.forget_started(&mut admitted, stores, &ns);
+            self.may_start(&place, &ns, stores, &admitted)
+        };
+        if start {
+            admitted.insert(name);
             Admission::Start
         } else {
             Admission::Wait
@@ -109,17 +99,16 @@ impl RunSlots {
     /// After a run finished or went away: reconcile the queued runs that may now start.
     pub fn wake_next(&self, namespace: &str, stores: &Stores) {
         let mut admitted = self.admitted.lock().expect("slots lock");
-        let free = self
-            .cap
-            .saturating_sub(self.taken(&mut admitted, stores, namespace));
+        self.forget_started(&mut admitted, stores, namespace);
+        let free = self.free(namespace, stores, &admitted);
         if free == 0 {
             return;
         }
         let mut oldest = Vec::with_capacity(free);
         stores.run_index.read(|index| {
-            index.visit_queue(namespace, |_, run| {
-                if self.waiting(&run, stores, &admitted) {
-                    oldest.push(run);
+            index.visit_queue(namespace, |(_, name)| {
+                if self.waiting(name, namespace, stores, &admitted) {
+                    oldest.push(ObjectRef::new(name).within(namespace));
                 }
                 if oldest.len() < free {
                     ControlFlow::Continue(())
@@ -135,11 +124,9 @@ impl RunSlots {
 
     /// Runs in flight as this process counts them now (for metrics and tests).
     pub fn in_flight(&self, namespace: &str, stores: &Stores) -> usize {
-        self.taken(
-            &mut self.admitted.lock().expect("slots lock"),
-            stores,
-            namespace,
-        )
+        let mut admitted = self.admitted.lock().expect("slots lock");
+        self.forget_started(&mut admitted, stores, namespace);
+        self.running(namespace, stores) + admitted.len()
     }
 
     /// Runs waiting for a slot now (for metrics).
@@ -147,8 +134,8 @@ impl RunSlots {
         let admitted = self.admitted.lock().expect("slots lock");
         let mut waiting = 0;
         stores.run_index.read(|index| {
-            index.visit_queue(namespace, |_, run| {
-                waiting += usize::from(self.waiting(&run, stores, &admitted));
+            index.visit_queue(namespace, |(_, name)| {
+                waiting += usize::from(self.waiting(name, namespace, stores, &admitted));
                 ControlFlow::Continue(())
             })
         });
@@ -157,9 +144,51 @@ impl RunSlots {
 }
 
 impl RunSlots {
-    /// The slots taken: this shard's unfinished Jobs, and the admitted runs the cache does not show a
-    /// Job of yet. Forgets admitted runs once the cache shows their Job or they finished or went away.
-    fn taken(&self, admitted: &mut BTreeSet<String>, stores: &Stores, namespace: &str) -> usize {
+    /// Whether the run at `place` may start: a slot is free and fewer runs wait ahead of it than
+    /// slots are free (read oldest first, and only as far as it takes to know).
+    fn may_start(
+        &self,
+        place: &QueueKey,
+        namespace: &str,
+        stores: &Stores,
+        admitted: &HashSet<String>,
+    ) -> bool {
+        let free = self.free(namespace, stores, admitted);
+        if free == 0 {
+            return false;
+        }
+        let mut older = 0;
+        stores.run_index.read(|index| {
+            index.visit_queue(namespace, |queued| {
+                if queued >= place || older >= free {
+                    return ControlFlow::Break(());
+                }
+                older += usize::from(self.waiting(&queued.1, namespace, stores, admitted));
+                ControlFlow::Continue(())
+            })
+        });
+        older < free
+    }
+
+    /// The slots not taken: the cap less this shard's unfinished Jobs and the runs admitted.
+    fn free(&self, namespace: &str, stores: &Stores, admitted: &HashSet<String>) -> usize {
+        self.cap
+            .saturating_sub(self.running(namespace, stores) + admitted.len())
+    }
+
+    /// This shard's unfinished Jobs.
+    fn running(&self, namespace: &str, stores: &Stores) -> usize {
+        stores.job_index.read(|jobs| match self.owned {
+            None => jobs.count(namespace),
+            Some(_) => jobs
+                .tenants(namespace)
+                .filter(|tenant| self.owns_job(*tenant))
+                .count(),
+        })
+    }
+
+    /// Forgets the admitted runs whose Job the cache shows, and those finished or gone.
+    fn forget_started(&self, admitted: &mut HashSet<String>, stores: &Stores, namespace: &str) {
         admitted.retain(|name| {
             let key = ObjectRef::new(name).within(namespace);
             let run_in_flight = stores.runjobs.get(&key).is_some_and(|r| r.is_in_flight());
@@ -169,35 +198,28 @@ impl RunSlots {
                     .get(&ObjectRef::new(name).within(namespace))
                     .is_none()
         });
-        let running = stores.job_index.read(|jobs| {
-            jobs.tenants(namespace)
-                .filter(|tenant| self.owns_job(*tenant))
-                .count()
-        });
-        running + admitted.len()
     }
 
-    /// A run that waits for a slot: this shard's, in flight, no Job made (none recorded, none
-    /// cached), not admitted.
+    /// A run that waits for a slot: not admitted, this shard's, in flight, no Job made (none
+    /// recorded, none cached).
     fn waiting(
         &self,
-        key: &ObjectRef<RunJob>,
+        name: &str,
+        namespace: &str,
         stores: &Stores,
-        admitted: &BTreeSet<String>,
+        admitted: &HashSet<String>,
     ) -> bool {
-        if admitted.contains(&key.name) {
+        if admitted.contains(name) {
             return false;
         }
-        let Some(run) = stores.runjobs.get(key) else {
+        let Some(run) = stores.runjobs.get(&ObjectRef::new(name).within(namespace)) else {
             return false;
         };
         run.is_in_flight()
             && run.status.as_ref().is_none_or(|s| s.job_ref.is_none())
             && stores
                 .jobs
-                .get(
-                    &ObjectRef::new(&key.name).within(key.namespace.as_deref().unwrap_or_default()),
-                )
+                .get(&ObjectRef::new(name).within(namespace))
                 .is_none()
             && self.owns_tenant(&run.spec.tenant)
     }
@@ -294,6 +316,31 @@ mod tests {
         let slots = RunSlots::new(1);
         assert_eq!(slots.admit(&only, &stores), Admission::Start);
         assert_eq!(slots.admit(&only, &stores), Admission::Start);
+    }
+
+    /// An admitted run's slot is free again once the cache shows it finished (its Job too): the next
+    /// run starts, though the admitted run is still remembered when it asks.
+    #[test]
+    fn an_admitted_run_that_finished_frees_its_slot() {
+        let first = run("first", "2026-12-03T10:00:00Z");
+        let next = run("next", "2026-12-03T10:00:05Z");
+        let slots = RunSlots::new(1);
+        let queued = stores(&[first.clone(), next.clone()], &[]);
+        assert_eq!(slots.admit(&first, &queued), Admission::Start);
+        assert_eq!(
+            slots.admit(&next, &queued),
+            Admission::Wait,
+            "the slot is taken"
+        );
+        let mut finished = first.clone();
+        finished.status = Some(crate::crd::RunJobStatus {
+            phase: Some(crate::crd::RunPhase::Succeeded),
+            ..Default::default()
+        });
+        let later = stores(&[finished, next.clone()], &[]);
+        assert_eq!(slots.in_flight("ns", &queued), 1);
+        assert_eq!(slots.admit(&next, &later), Admission::Start);
+        assert_eq!(slots.in_flight("ns", &later), 1, "next alone");
     }
 
     fn tenant(name: &str, shard: &str) -> crate::crd::Tenant {

@@ -91,7 +91,7 @@ fn scaling(sections: &[Section], scales: &[usize]) -> Section {
 }
 
 /// Tenant counts the reconcile and dashboard sections run at.
-const SCALES: [usize; 3] = [1_000, 10_000, 100_000];
+const SCALES: [usize; 2] = [1_000, 10_000];
 
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
