@@ -292,9 +292,9 @@ impl Metrics {
                 .get_or_create(&PhaseLabel::new(label))
                 .set(n as i64);
         }
-        self.runs_in_flight.set(now.runs_in_flight as i64);
-        self.runs_waiting.set(now.runs_waiting as i64);
-        self.runs_max_in_flight.set(now.runs_max_in_flight as i64);
+        self.runs_in_flight.set(now.slots.in_flight as i64);
+        self.runs_waiting.set(now.slots.waiting as i64);
+        self.runs_max_in_flight.set(now.slots.max as i64);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String");
@@ -310,9 +310,16 @@ pub struct Snapshot {
     pub tenants_retrying: HashMap<&'static str, usize>,
     /// Runs by phase; `None`: no status yet.
     pub runs: HashMap<Option<RunPhase>, usize>,
-    pub runs_in_flight: usize,
-    pub runs_waiting: usize,
-    pub runs_max_in_flight: usize,
+    pub slots: RunsInFlight,
+}
+
+/// The cap on runs in flight as counted now.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RunsInFlight {
+    pub in_flight: usize,
+    pub waiting: usize,
+    /// The cap itself.
+    pub max: usize,
 }
 
 pub struct ReconcileTimer {

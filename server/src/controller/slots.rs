@@ -19,6 +19,7 @@ use super::run_index::{QueueKey, queue_key};
 use super::shards::RunsOwned;
 use super::wiring::Stores;
 use crate::crd::RunJob;
+use crate::telemetry::RunsInFlight;
 
 pub struct RunSlots {
     cap: usize,
@@ -127,6 +128,15 @@ impl RunSlots {
         let mut admitted = self.admitted.lock().expect("slots lock");
         self.forget_started(&mut admitted, stores, namespace);
         self.running(namespace, stores) + admitted.len()
+    }
+
+    /// The cap's figures for `/metrics`.
+    pub fn counted(&self, namespace: &str, stores: &Stores) -> RunsInFlight {
+        RunsInFlight {
+            in_flight: self.in_flight(namespace, stores),
+            waiting: self.waiting_runs(namespace, stores),
+            max: self.cap,
+        }
     }
 
     /// Runs waiting for a slot now (for metrics).

@@ -14,12 +14,11 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use super::queue::{Key, Queue};
-use super::slots::RunSlots;
 use super::{
     Context, FinishedRuns, JobIndex, Queues, RunIndex, TenantIndex, error_policy, runjob, tenant,
 };
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
-use crate::telemetry::Snapshot;
+use crate::telemetry::{RunsInFlight, Snapshot};
 
 /// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
 const SHARED_BUFFER: usize = 1024;
@@ -143,7 +142,7 @@ impl Stores {
     /// The gauges `/metrics` shows, counted now: tenants by phase from the tenant index, the rest
     /// from the caches (the runs are few: finished ones are cleaned up; retrying is read off each
     /// tenant's conditions).
-    pub fn metrics_snapshot(&self, namespace: &str, slots: &RunSlots) -> Snapshot {
+    pub fn metrics_snapshot(&self, namespace: &str, slots: RunsInFlight) -> Snapshot {
         let mut tenants_retrying = HashMap::new();
         for tenant in self.tenants.state() {
             for condition in tenant.retrying() {
@@ -158,9 +157,7 @@ impl Stores {
             tenants: self.tenant_index.counts(namespace).0,
             tenants_retrying,
             runs,
-            runs_in_flight: slots.in_flight(namespace, self),
-            runs_waiting: slots.waiting_runs(namespace, self),
-            runs_max_in_flight: slots.cap(),
+            slots,
         }
     }
 

@@ -55,10 +55,9 @@ async fn metrics(State(state): State<ProbeState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.render(
-            &state
-                .stores
-                .metrics_snapshot(&state.namespace, &state.slots),
-        ),
+        state.metrics.render(&state.stores.metrics_snapshot(
+            &state.namespace,
+            state.slots.counted(&state.namespace, &state.stores),
+        )),
     )
 }

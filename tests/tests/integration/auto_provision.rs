@@ -161,9 +161,12 @@ async fn a_failed_automatic_run_is_retried_with_a_delay_doubling_to_five_minutes
         assert_eq!(t.phase(), Some(TenantPhase::Failed));
         c.sync_stores().await;
         let metrics = c.ctx.metrics.render(
-            &c.ctx
-                .stores
-                .metrics_snapshot(&c.ctx.config.shared.namespace, &c.ctx.slots),
+            &c.ctx.stores.metrics_snapshot(
+                &c.ctx.config.shared.namespace,
+                c.ctx
+                    .slots
+                    .counted(&c.ctx.config.shared.namespace, &c.ctx.stores),
+            ),
         );
         assert!(
             metrics.contains("sentry_tenants_tenants_retrying{condition=\"Provisioned\"} 1")
