@@ -212,6 +212,8 @@ mod tests {
             failed_names(&index).is_empty(),
             "a retried run that no longer reads Failed"
         );
+        assert_eq!(index.read(|i| i.in_flight("ns")), 2, "both unfinished");
+        assert_eq!(index.read(|i| i.in_flight("elsewhere")), 0);
         index.apply(&Event::Apply(failed.clone()));
         assert_eq!(
             index.read(|i| i.in_flight("ns")),
