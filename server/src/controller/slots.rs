@@ -105,7 +105,8 @@ impl RunSlots {
         if free == 0 {
             return;
         }
-        let mut oldest = Vec::with_capacity(free);
+        // Not sized by `free`: with a large cap that would allocate for thousands per finished run.
+        let mut oldest = Vec::new();
         stores.run_index.read(|index| {
             index.visit_queue(namespace, |(_, name)| {
                 if self.waiting(name, namespace, stores, &admitted) {
