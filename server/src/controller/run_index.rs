@@ -1,6 +1,8 @@
 //! Which cached runs belong to which tenant, kept beside the RunJob cache from the same watch events.
 //! A tenant's reconcile looks its runs up here instead of scanning every cached run: at 10,000 tenants
-//! with 10,000 runs the scan made each reconcile 16 times slower than at 1,000 (see BENCHMARKS.md).
+//! with 10,000 runs the scan made each reconcile 16 times slower than at 1,000 (see BENCHMARKS.md). It also
+//! keeps every run by age (one page of the runs list reads one page of it) and the queue for slots (the
+//! cap reads it oldest first and stops as soon as it knows), so neither walks the fleet.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::ControlFlow;

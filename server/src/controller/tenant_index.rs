@@ -62,44 +62,38 @@ impl Entry {
 
 impl Follows<Tenant> for Namespaces {
     fn insert(&mut self, tenant: &Tenant) {
-        insert(&mut self.0, tenant);
+        let namespaces = &mut self.0;
+        let namespace = tenant.namespace().unwrap_or_default();
+        let index = namespaces.entry(namespace).or_default();
+        let name = tenant.name_any();
+        index.remove(&name);
+        let phase = tenant.phase().unwrap_or(TenantPhase::Pending);
+        index
+            .by_phase
+            .entry(phase)
+            .or_default()
+            .insert(name.clone());
+        if may_concern(tenant) {
+            index.concerned.insert(name.clone());
+        }
+        let display_name = tenant.spec.display_name.as_deref().map(str::to_lowercase);
+        index.by_name.insert(
+            name,
+            Entry {
+                phase,
+                display_name,
+            },
+        );
     }
 
     fn remove(&mut self, tenant: &Tenant) {
-        remove(&mut self.0, tenant);
-    }
-}
-
-fn insert(namespaces: &mut HashMap<String, Index>, tenant: &Tenant) {
-    let namespace = tenant.namespace().unwrap_or_default();
-    let index = namespaces.entry(namespace).or_default();
-    let name = tenant.name_any();
-    index.remove(&name);
-    let phase = tenant.phase().unwrap_or(TenantPhase::Pending);
-    index
-        .by_phase
-        .entry(phase)
-        .or_default()
-        .insert(name.clone());
-    if may_concern(tenant) {
-        index.concerned.insert(name.clone());
-    }
-    let display_name = tenant.spec.display_name.as_deref().map(str::to_lowercase);
-    index.by_name.insert(
-        name,
-        Entry {
-            phase,
-            display_name,
-        },
-    );
-}
-
-fn remove(namespaces: &mut HashMap<String, Index>, tenant: &Tenant) {
-    let namespace = tenant.namespace().unwrap_or_default();
-    if let Some(index) = namespaces.get_mut(&namespace) {
-        index.remove(&tenant.name_any());
-        if index.by_name.is_empty() {
-            namespaces.remove(&namespace);
+        let namespaces = &mut self.0;
+        let namespace = tenant.namespace().unwrap_or_default();
+        if let Some(index) = namespaces.get_mut(&namespace) {
+            index.remove(&tenant.name_any());
+            if index.by_name.is_empty() {
+                namespaces.remove(&namespace);
+            }
         }
     }
 }
