@@ -217,20 +217,18 @@ mod tests {
         assert!(cache.get("/tenants?x=999").is_none());
     }
 
-    /// 10,000 tenants with long display names render past the limit: such a page is served whole,
-    /// only not kept.
-    #[tokio::test]
-    async fn a_page_over_the_size_limit_is_served_whole_and_not_kept() {
-        use http_body_util::BodyExt;
-        use tower::ServiceExt;
-        let big = "x".repeat(MAX_PAGE + 1024);
-        let page = big.clone();
-        let (_tx, rx) = watch::channel(0);
-        let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
-        let app = axum::Router::new()
+    /// A router serving `page` at `/tenants` behind the page cache, with a CSP nonce of `abc` and the
+    /// page's `abc` as its script's nonce; `renders` counts the handler's calls.
+    fn serving(
+        page: String,
+        cache: &PageCache,
+        renders: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> axum::Router {
+        axum::Router::new()
             .route(
                 "/tenants",
                 axum::routing::get(move || {
+                    renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let page = page.clone();
                     async move {
                         (
@@ -243,14 +241,71 @@ mod tests {
             .layer(axum::middleware::from_fn_with_state(
                 cache.clone(),
                 reuse_rendered_pages,
-            ));
-        let request = Request::get("/tenants").body(Body::empty()).unwrap();
-        let response = app.oneshot(request).await.unwrap();
+            ))
+    }
+
+    async fn get(app: &axum::Router, path: &str) -> (HeaderMap, Bytes) {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let request = Request::get(path).body(Body::empty()).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
-        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let headers = response.headers().clone();
+        (
+            headers,
+            response.into_body().collect().await.unwrap().to_bytes(),
+        )
+    }
+
+    /// A tenants page of 100,000 tenants' first 50 rows is about 70 KB: within the limit, it is
+    /// rendered once and then served from the cache, with a nonce of its own each time.
+    #[tokio::test]
+    async fn a_list_page_is_rendered_once_and_reused_with_a_fresh_nonce() {
+        let page = format!(
+            "<script nonce=\"abc\"></script>{}",
+            "<tr>row</tr>".repeat(6_000)
+        );
+        let (_tx, rx) = watch::channel(0);
+        let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let app = serving(page.clone(), &cache, renders.clone());
+        let (_, first) = get(&app, "/tenants").await;
+        let (headers, second) = get(&app, "/tenants").await;
+        assert_eq!(first, page.as_bytes());
+        assert_eq!(
+            renders.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "reused, not rendered again"
+        );
+        let fresh = nonce_of(&headers).expect("a nonce in the reused page's policy");
+        assert_ne!(fresh, "abc", "a nonce is never sent twice");
+        assert_eq!(
+            second,
+            page.replace("nonce=\"abc\"", &format!("nonce=\"{fresh}\""))
+                .as_bytes(),
+            "the same page, with the policy's new nonce"
+        );
+    }
+
+    /// 10,000 tenants with long display names render past the limit: such a page is served whole,
+    /// only not kept.
+    #[tokio::test]
+    async fn a_page_over_the_size_limit_is_served_whole_and_not_kept() {
+        let big = "x".repeat(MAX_PAGE + 1024);
+        let (_tx, rx) = watch::channel(0);
+        let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let app = serving(big.clone(), &cache, renders.clone());
+        let (_, body) = get(&app, "/tenants").await;
         assert_eq!(body.len(), big.len(), "the whole page, not an empty one");
         assert_eq!(body, big.as_bytes());
         assert!(cache.get("/tenants").is_none(), "too large to keep");
+        get(&app, "/tenants").await;
+        assert_eq!(
+            renders.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "rendered every time"
+        );
     }
 
     #[test]
