@@ -1097,11 +1097,7 @@ impl Cluster {
             .await
             .unwrap()
             .items;
-        refill(&mut self.writers.lock().unwrap().markers, markers);
-        self.ctx
-            .stores
-            .synced
-            .mark(sentry_tenants::controller::Cache::Markers);
+        self.fill_markers(markers);
     }
 
     /// Puts exactly these objects in the caches, as three watches would after listing them: the
@@ -1149,6 +1145,16 @@ impl Cluster {
         for cache in [Cache::Tenants, Cache::RunJobs, Cache::Jobs] {
             self.ctx.stores.synced.mark(cache);
         }
+    }
+
+    /// Puts exactly these credentials markers in their cache, as the ConfigMap watch would after
+    /// listing them.
+    pub fn fill_markers(&self, markers: Vec<ConfigMap>) {
+        refill(&mut self.writers.lock().unwrap().markers, markers);
+        self.ctx
+            .stores
+            .synced
+            .mark(sentry_tenants::controller::Cache::Markers);
     }
 
     /// Empties the markers' cache alone, keeping it synced: a ConfigMap watch that has not yet

@@ -1,4 +1,4 @@
-//! Dashboard latency: the real router over caches holding N tenants, served by axum on loopback and
+//! Dashboard latency: the real router over caches holding N tenants (as the caller filled them), served by axum on loopback and
 //! loaded by `wrk`; next to it, on the same server in the same run, the very bytes of each page served as
 //! a static response. The ratio is the cost of rendering a page from the caches.
 
@@ -38,7 +38,6 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
             "Skipped: `wrk` is not installed (`bash scripts/bench.sh` installs it from Debian).",
         );
     }
-    c.sync_stores().await;
     let router = dashboard_router(c, false);
     let pages = [
         ("overview", "/"),

@@ -14,6 +14,7 @@ mod report;
 mod sizes;
 mod sse;
 mod static_build;
+mod steady;
 
 use std::path::PathBuf;
 
@@ -42,20 +43,43 @@ fn only(section: &str, scales: &[usize]) -> anyhow::Result<Vec<Section>> {
         "dashboard" => at_scales(|n| {
             Box::pin(async move {
                 let (_, fleet) = reconcile::measure(n).await;
+                fleet.cluster.sync_stores().await;
                 dashboard::measure(&fleet.cluster, n).await
             })
+        }),
+        "steady" => sentry_tenants_tests::block_on(async {
+            let n = *scales.last().expect("a scale");
+            let (_, fleet) = reconcile::measure(n).await;
+            steady_state(fleet, n).await
         }),
         "runs-in-flight" => vec![sentry_tenants_tests::block_on(cluster::cap_sweep())],
         "flood" => vec![sentry_tenants_tests::block_on(cluster::flood())],
         "node" => vec![sentry_tenants_tests::block_on(cluster::measure()).0],
         other => anyhow::bail!(
-            "no section {other:?}: sizes, static, insights, dashboard, runs-in-flight, flood, node"
+            "no section {other:?}: sizes, static, insights, dashboard, steady, runs-in-flight, flood, node"
         ),
     })
 }
 
+/// The steady state at [`steady::TENANTS`] tenants, copied from `fleet` (converged, `n` tenants), and
+/// the dashboard over it; `fleet` is dropped before the pages are loaded.
+async fn steady_state(fleet: sentry_tenants_tests::fleet::Fleet, n: usize) -> Vec<Section> {
+    if !steady::copies_from(n) {
+        return vec![Section::new(format!("Steady state, {} tenants", steady::TENANTS), vec![]).remark(
+            format!("Skipped: copied from the largest scale's fleet, whose size must be a power of ten up to {}; it was {n}.", steady::TENANTS),
+        )];
+    }
+    eprintln!("bench: steady state at {} tenants", steady::TENANTS);
+    let (section, cluster) = steady::measure(&fleet, n).await;
+    drop(fleet);
+    eprintln!("bench: dashboard at {} tenants", steady::TENANTS);
+    let pages = dashboard::measure(&cluster, steady::TENANTS).await;
+    vec![section, pages]
+}
+
 /// The overview's and tenants page's rendering cost at the largest scale against the smallest, from
-/// the dashboard sections already measured: flat in the number of tenants is the goal.
+/// the dashboard sections already measured (the largest is the steady state's): flat in the number of
+/// tenants is the goal.
 fn scaling(sections: &[Section], scales: &[usize]) -> Section {
     let (small, large) = (scales[0], *scales.last().unwrap());
     let p50 = |n: usize, page: &str| {
@@ -85,7 +109,7 @@ fn scaling(sections: &[Section], scales: &[usize]) -> Section {
     let remark = if figures.is_empty() {
         "Not measured: the dashboard sections were skipped (see them).".to_owned()
     } else {
-        format!("Read from the two dashboard sections above ({small} and {large} tenants).")
+        format!("Read from the dashboard sections above at {small} and {large} tenants.")
     };
     Section::new("Dashboard, flat in the number of tenants", figures).remark(remark)
 }
@@ -135,14 +159,18 @@ fn main() -> anyhow::Result<()> {
                 figures,
             ));
             eprintln!("bench: dashboard at {n} tenants");
+            fleet.cluster.sync_stores().await;
             sections.push(dashboard::measure(&fleet.cluster, n).await);
             sections.push(insights::measure(&fleet.cluster, n).await);
             if n == *scales.last().unwrap() {
                 eprintln!("bench: SSE fan-out");
                 sections.push(sse::measure(&fleet.cluster).await);
+                sections.extend(steady_state(fleet, n).await);
             }
         }
-        sections.push(scaling(&sections, &scales));
+        let mut page_scales = scales.clone();
+        page_scales.push(steady::TENANTS);
+        sections.push(scaling(&sections, &page_scales));
         eprintln!("bench: install");
         sections.push(install::measure().await);
         eprintln!("bench: real control plane, {} tenants", cluster::TENANTS);
@@ -152,9 +180,8 @@ fn main() -> anyhow::Result<()> {
         sections.push(cluster::cap_sweep().await);
         eprintln!("bench: {} tenants applied at once", cluster::FLOOD);
         sections.push(cluster::flood().await);
-        let n = *scales.last().unwrap();
-        eprintln!("bench: memory at {n} tenants");
-        sections.push(memory::measure(n, sample).await);
+        eprintln!("bench: memory at {} tenants", steady::TENANTS);
+        sections.push(memory::measure(steady::TENANTS, sample).await);
     });
     eprintln!("bench: sizes");
     sections.push(sizes::measure(&workspace_root()));

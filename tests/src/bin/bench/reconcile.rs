@@ -7,8 +7,8 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use sentry_tenants::controller::{runjob, tenant};
-use sentry_tenants_tests::NS;
 use sentry_tenants_tests::fleet::{Fleet, is_counted_write};
+use sentry_tenants_tests::{Cluster, NS};
 
 use crate::report::{Figure, Goal};
 use crate::{Timings, figure, timings};
@@ -42,7 +42,7 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
     let stores = c.ctx.stores.clone();
     let runs = stores.runjobs.state();
     let tenants = stores.tenants.state();
-    let (reconciles, noop) = noop_pass(&fleet, RUNS).await;
+    let (reconciles, noop) = noop_pass(c, RUNS).await;
     let noop_secs = noop.best;
     let noop_writes = c.log.count(is_counted_write) as f64 / RUNS as f64;
     let noop_requests = c.log.len() as f64 / RUNS as f64;
@@ -74,7 +74,7 @@ pub async fn measure(n: usize) -> (Vec<Figure>, Fleet) {
     let started = std::time::Instant::now();
     c.sync_stores().await;
     let refilled_secs = started.elapsed().as_secs_f64();
-    noop_pass(&fleet, 1).await;
+    noop_pass(c, 1).await;
     let restart_secs = started.elapsed().as_secs_f64();
 
     // The rest of each run's life: the Job runs the provisioner, the run finishes, is recorded on its
@@ -162,8 +162,7 @@ async fn to_fixpoint(fleet: &Fleet) -> usize {
 
 /// Every cached run and tenant reconciled once more, where each finds nothing to do: (how many
 /// reconciles a pass makes, the timings of `passes`).
-async fn noop_pass(fleet: &Fleet, passes: usize) -> (f64, Timings) {
-    let c = &fleet.cluster;
+pub async fn noop_pass(c: &Cluster, passes: usize) -> (f64, Timings) {
     let runs = c.ctx.stores.runjobs.state();
     let tenants = c.ctx.stores.tenants.state();
     let secs = timings(passes, || async {
@@ -188,7 +187,7 @@ pub async fn noop_rate(n: usize, passes: usize) -> f64 {
     let fleet = Fleet::with_provision_runs(n).await;
     to_fixpoint(&fleet).await;
     fleet.cluster.sync_stores().await;
-    let (reconciles, secs) = noop_pass(&fleet, passes).await;
+    let (reconciles, secs) = noop_pass(&fleet.cluster, passes).await;
     reconciles / secs.best
 }
 
