@@ -23,7 +23,10 @@ mod backend {
     /// extra LIST traffic); the app never depends on a Kubernetes client.
     pub trait Backend: Send + Sync + 'static {
         fn meta(&self) -> Meta;
-        fn overview(&self) -> BoxFuture<'_, Overview>;
+        /// From the caches and the indexes beside them.
+        fn overview(&self) -> Overview;
+        /// Who holds the leader Lease (read from the API now and then, so it may wait on it).
+        fn leader(&self) -> BoxFuture<'_, Option<String>>;
         /// The page of tenants `query` asks for: filtered and paged on the cached objects, so only the
         /// page's rows are built.
         fn tenants(&self, query: &super::TenantQuery) -> Page<TenantRow>;
@@ -62,10 +65,43 @@ impl TenantQuery {
     }
 }
 
+/// The overview's data, and who holds the leader Lease.
 #[server(prefix = "/api", endpoint = "overview", input = GetUrl)]
-pub async fn get_overview() -> Result<(Meta, Overview), ServerFnError> {
-    let b = backend()?;
-    Ok((b.meta(), b.overview().await))
+pub async fn get_overview() -> Result<(Meta, Overview, Option<String>), ServerFnError> {
+    let (meta, overview) = overview_now()?;
+    Ok((meta, overview, leader_later().await))
+}
+
+/// The overview's data, read while the page renders (see [`tenants_now`]).
+pub fn overview_now() -> Result<(Meta, Overview), ServerFnError> {
+    #[cfg(feature = "ssr")]
+    {
+        let b = backend()?;
+        Ok((b.meta(), b.overview()))
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        Err(rendered_on_the_server())
+    }
+}
+
+/// Who holds the leader Lease: the one part of the overview that may wait on the API. The backend is
+/// taken now, while the page's context is at hand; none when there is none.
+pub fn leader_later() -> impl std::future::Future<Output = Option<String>> + Send + 'static {
+    #[cfg(feature = "ssr")]
+    {
+        let b = backend().ok();
+        async move {
+            match b {
+                Some(b) => b.leader().await,
+                None => None,
+            }
+        }
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        async { None }
+    }
 }
 
 #[server(prefix = "/api", endpoint = "tenants", input = GetUrl)]
@@ -74,9 +110,23 @@ pub async fn get_tenants(
     q: Option<String>,
     page: Option<usize>,
 ) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
-    let b = backend()?;
-    let query = TenantQuery::new(phase.as_deref(), q.as_deref(), page);
-    Ok((b.meta(), b.tenants(&query)))
+    tenants_now(&TenantQuery::new(phase.as_deref(), q.as_deref(), page))
+}
+
+/// The tenants list's data, read while the page renders. The list pages are only ever rendered on the
+/// server (islands), from the caches, without waiting on anything: they take their data directly
+/// rather than through a resource, which would spawn a task and render its suspense twice.
+pub fn tenants_now(query: &TenantQuery) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
+    #[cfg(feature = "ssr")]
+    {
+        let b = backend()?;
+        Ok((b.meta(), b.tenants(query)))
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        let _ = query;
+        Err(rendered_on_the_server())
+    }
 }
 
 #[server(prefix = "/api", endpoint = "tenant", input = GetUrl)]
@@ -87,8 +137,26 @@ pub async fn get_tenant(name: String) -> Result<(Meta, Option<TenantDetail>), Se
 
 #[server(prefix = "/api", endpoint = "runs", input = GetUrl)]
 pub async fn get_runs(page: Option<usize>) -> Result<(Meta, Page<RunRow>), ServerFnError> {
-    let b = backend()?;
-    Ok((b.meta(), b.runs(page)))
+    runs_now(page)
+}
+
+/// The runs list's data, read while the page renders (see [`tenants_now`]).
+pub fn runs_now(page: Option<usize>) -> Result<(Meta, Page<RunRow>), ServerFnError> {
+    #[cfg(feature = "ssr")]
+    {
+        let b = backend()?;
+        Ok((b.meta(), b.runs(page)))
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        let _ = page;
+        Err(rendered_on_the_server())
+    }
+}
+
+#[cfg(not(feature = "ssr"))]
+fn rendered_on_the_server() -> ServerFnError {
+    ServerFnError::new("the list pages are rendered on the server")
 }
 
 #[server(prefix = "/api", endpoint = "run", input = GetUrl)]

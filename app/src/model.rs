@@ -217,7 +217,6 @@ pub struct Overview {
     pub runs_in_flight: usize,
     pub finished_last_24h: usize,
     pub cleaned_up_last_24h: usize,
-    pub leader: Option<String>,
     pub version: String,
     /// The last 24 hours, oldest first.
     pub runs_per_hour: Vec<HourBucket>,

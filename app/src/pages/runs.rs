@@ -2,42 +2,37 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use super::load_error;
-use crate::api::get_runs;
+use crate::api::runs_now;
 use crate::components::Clock;
 use crate::components::{EmptyState, Pager, PhaseBadge};
 use crate::model::RunRow;
 
+/// Every run in flight or not yet cleaned up, newest first, 50 a page.
 #[component]
 pub fn RunsPage() -> impl IntoView {
-    let query = use_query_map();
-    let page = move || {
-        query
-            .get()
-            .get("page")
-            .and_then(|p| p.parse::<usize>().ok())
+    // Rendered on the server for each request: the query is read once, not followed.
+    let page = use_query_map()
+        .get_untracked()
+        .get("page")
+        .and_then(|p| p.parse::<usize>().ok());
+    let listing = match runs_now(page) {
+        Err(e) => load_error(e),
+        Ok((_, listing)) if listing.matched == 0 => view! {
+            <EmptyState title="No run jobs" hint="Runs appear here when a tenant is provisioned, suspended or resumed, and disappear once cleaned up.">
+                <a class="btn" href="/tenants">"Go to tenants"</a>
+            </EmptyState>
+        }.into_any(),
+        Ok((meta, listing)) => view! {
+            <RunsTable rows=listing.rows server_now=meta.server_now empty=""/>
+            {(listing.pages > 1).then(|| view! {
+                <Pager page=listing.page pages=listing.pages matched=listing.matched path="/runs"/>
+            })}
+        }.into_any(),
     };
-    let data = Resource::new(page, get_runs);
     view! {
         <section>
             <h1>"Run jobs"</h1>
-            <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match data.await {
-                        Err(e) => load_error(e),
-                        Ok((_, listing)) if listing.matched == 0 => view! {
-                            <EmptyState title="No run jobs" hint="Runs appear here when a tenant is provisioned, suspended or resumed, and disappear once cleaned up.">
-                                <a class="btn" href="/tenants">"Go to tenants"</a>
-                            </EmptyState>
-                        }.into_any(),
-                        Ok((meta, listing)) => view! {
-                            <RunsTable rows=listing.rows server_now=meta.server_now empty=""/>
-                            {(listing.pages > 1).then(|| view! {
-                                <Pager page=listing.page pages=listing.pages matched=listing.matched path="/runs"/>
-                            })}
-                        }.into_any(),
-                    }
-                })}
-            </Transition>
+            {listing}
         </section>
     }
 }

@@ -240,7 +240,7 @@ fn newest_first(runs: &mut [Arc<RunJob>]) {
 impl ClusterBackend {
     /// Who holds the leader Lease: read from the API at most once per [`LEADER_READ_EVERY`]. A failed
     /// read shows no leader and is not remembered.
-    async fn leader(&self, now: jiff::Timestamp) -> Option<String> {
+    async fn lease_holder(&self, now: jiff::Timestamp) -> Option<String> {
         if let Some(holder) = self.leader.fresh(now) {
             return holder;
         }
@@ -267,42 +267,42 @@ impl Backend for ClusterBackend {
         }
     }
 
-    fn overview(&self) -> BoxFuture<'_, Overview> {
-        Box::pin(async move {
-            let (counts, tenants_total) = self.stores.tenant_index.counts(&self.namespace);
-            let tenants_by_phase = TENANT_PHASES
-                .iter()
-                .map(|p| PhaseCount {
-                    phase: (*p).to_owned(),
-                    count: p
-                        .parse::<TenantPhase>()
-                        .ok()
-                        .and_then(|phase| counts.get(&phase).copied())
-                        .unwrap_or(0),
-                })
-                .collect();
-            let now = self.clock.now();
-            let concerned = self.stores.concerned_tenants(&self.namespace);
-            let failed = self.stores.failed_runs(&self.namespace);
-            let (attention, attention_total) = insights::attention(&concerned, &failed, now);
-            let finished = &self.stores.finished_runs;
-            let first = insights::first_hour(now);
-            let per_hour = finished.per_hour(&self.namespace, first, insights::HOURS);
-            let leader = self.leader(now).await;
-            Overview {
-                tenants_total,
-                tenants_by_phase,
-                runs_in_flight: self.stores.run_index.read(|i| i.in_flight(&self.namespace)),
-                finished_last_24h: per_hour.iter().map(|[ok, failed]| ok + failed).sum(),
-                cleaned_up_last_24h: finished.recorded(&self.namespace, first, insights::HOURS),
-                leader,
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                runs_per_hour: insights::runs_per_hour(&per_hour, first),
-                durations: insights::durations(&finished.durations(&self.namespace)),
-                attention,
-                attention_total,
-            }
-        })
+    fn overview(&self) -> Overview {
+        let (counts, tenants_total) = self.stores.tenant_index.counts(&self.namespace);
+        let tenants_by_phase = TENANT_PHASES
+            .iter()
+            .map(|p| PhaseCount {
+                phase: (*p).to_owned(),
+                count: p
+                    .parse::<TenantPhase>()
+                    .ok()
+                    .and_then(|phase| counts.get(&phase).copied())
+                    .unwrap_or(0),
+            })
+            .collect();
+        let now = self.clock.now();
+        let concerned = self.stores.concerned_tenants(&self.namespace);
+        let failed = self.stores.failed_runs(&self.namespace);
+        let (attention, attention_total) = insights::attention(&concerned, &failed, now);
+        let finished = &self.stores.finished_runs;
+        let first = insights::first_hour(now);
+        let per_hour = finished.per_hour(&self.namespace, first, insights::HOURS);
+        Overview {
+            tenants_total,
+            tenants_by_phase,
+            runs_in_flight: self.stores.run_index.read(|i| i.in_flight(&self.namespace)),
+            finished_last_24h: per_hour.iter().map(|[ok, failed]| ok + failed).sum(),
+            cleaned_up_last_24h: finished.recorded(&self.namespace, first, insights::HOURS),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            runs_per_hour: insights::runs_per_hour(&per_hour, first),
+            durations: insights::durations(&finished.durations(&self.namespace)),
+            attention,
+            attention_total,
+        }
+    }
+
+    fn leader(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(self.lease_holder(self.clock.now()))
     }
 
     fn tenants(&self, query: &TenantQuery) -> Page<TenantRow> {

@@ -494,6 +494,8 @@ pub async fn cap_sweep() -> Section {
 /// Tenants applied at once for the flood: the reliability issue's acceptance (runs in flight within the
 /// cap, no 429) at a scale far past the cap.
 pub const FLOOD: usize = 2_000;
+/// Tenants applied one at a time before the burst: the flood's yardstick.
+const ALONE: usize = 5;
 
 /// Which audit times bound a Job's time in flight: the apiserver makes a write visible somewhere between
 /// receiving the request and completing its answer (on a loaded machine, a watcher can see a Job finish
@@ -579,6 +581,23 @@ pub async fn flood() -> Section {
         .await;
     let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
     let (active, watch) = watch_active(tenants.clone());
+    // The yardstick, on the same install: one tenant applied with nothing else going on, a few times.
+    let alone: Vec<String> = (0..ALONE).map(|i| format!("alone-{i}")).collect();
+    let mut single = Vec::new();
+    for name in &alone {
+        single.extend(
+            apply_in_waves(
+                &s,
+                std::slice::from_ref(name),
+                &active,
+                "the tenant Active",
+                |_| tenant_with(name, false, "Automatic"),
+            )
+            .await,
+        );
+    }
+    single.sort_by(f64::total_cmp);
+    let single_p50 = percentile(&single, 0.5);
     let offset = s.plane.audit_log_offset();
     let names = tenant_names(FLOOD);
     let yaml: Vec<String> = names
@@ -597,18 +616,19 @@ pub async fn flood() -> Section {
         std::time::Duration::from_secs(3 * 3600),
         async || {
             let seen = active.lock().unwrap();
-            (seen.len() == FLOOD).then_some(())
+            names.iter().all(|n| seen.contains_key(n)).then_some(())
         },
     )
     .await;
     let all_active = started.elapsed();
     watch.abort();
-    let mut latencies: Vec<f64> = active
-        .lock()
-        .unwrap()
-        .values()
-        .map(|at| at.duration_since(started).as_secs_f64())
-        .collect();
+    let mut latencies: Vec<f64> = {
+        let seen = active.lock().unwrap();
+        names
+            .iter()
+            .map(|n| seen[n].duration_since(started).as_secs_f64())
+            .collect()
+    };
     latencies.sort_by(f64::total_cmp);
     let peak_rss = operator_peak_rss_mib(&s).await;
 
@@ -647,6 +667,32 @@ pub async fn flood() -> Section {
         figure("apply → Active, p50", percentile(&latencies, 0.5), "s")
             .note("from the start of the apply, --max-concurrent-runs at its default"),
         figure("apply → Active, p95", percentile(&latencies, 0.95), "s"),
+        figure(
+            "apply → Active, p95, against one tenant applied alone (p50)",
+            percentile(&latencies, 0.95) / single_p50,
+            "×",
+        )
+        .goal(crate::report::Goal::AtMost(3.0))
+        .note(format!(
+            "one tenant alone on the same install: p50 {single_p50:.1} s of {ALONE} applied one after another \
+             before the burst"
+        ))
+        .why_missed(&format!(
+            "the cap ({DEFAULT_MAX_CONCURRENT_RUNS} runs in flight) queues the burst on purpose — it keeps the \
+             apiserver's 429s, the node's pods and ClickHouse's sessions bounded (see below) — so the tenant at \
+             the 95th percentile waits behind {:.0} rounds of {DEFAULT_MAX_CONCURRENT_RUNS} runs; what the cap \
+             allows is measured by the throughput against its ideal, next",
+            0.95 * FLOOD as f64 / f64::from(DEFAULT_MAX_CONCURRENT_RUNS)
+        )),
+        figure(
+            "tenants Active per second against the cap's ideal",
+            (FLOOD as f64 / all_active.as_secs_f64()) / (f64::from(DEFAULT_MAX_CONCURRENT_RUNS) / single_p50),
+            "×",
+        )
+        .note(format!(
+            "the ideal: {DEFAULT_MAX_CONCURRENT_RUNS} tenants at once, each as fast as one alone ({:.2}/s)",
+            f64::from(DEFAULT_MAX_CONCURRENT_RUNS) / single_p50
+        )),
         figure(
             "apply → Active, max (all Active)",
             all_active.as_secs_f64(),
