@@ -287,6 +287,37 @@ mod tests {
         );
     }
 
+    /// A tenant's page reads Events from the API on every view: it is not one of the list pages, so it
+    /// is rendered for every request even within one second and one version of the caches.
+    #[tokio::test]
+    async fn a_page_outside_the_lists_is_rendered_every_time() {
+        let (_tx, rx) = watch::channel(0);
+        let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = renders.clone();
+        let app = axum::Router::new()
+            .route(
+                "/tenants/acme",
+                axum::routing::get(move || {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async {
+                        (
+                            [(header::CONTENT_SECURITY_POLICY, "script-src 'nonce-abc'")],
+                            "acme",
+                        )
+                    }
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                cache.clone(),
+                reuse_rendered_pages,
+            ));
+        get(&app, "/tenants/acme").await;
+        get(&app, "/tenants/acme").await;
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert!(cache.get("/tenants/acme").is_none(), "never kept");
+    }
+
     /// 10,000 tenants with long display names render past the limit: such a page is served whole,
     /// only not kept.
     #[tokio::test]
