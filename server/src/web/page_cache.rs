@@ -217,16 +217,17 @@ mod tests {
         assert!(cache.get("/tenants?x=999").is_none());
     }
 
-    /// A router serving `page` at `/tenants` behind the page cache, with a CSP nonce of `abc` and the
-    /// page's `abc` as its script's nonce; `renders` counts the handler's calls.
+    /// A router serving `page` at `path` behind the page cache, with a CSP nonce of `abc`; `renders`
+    /// counts the handler's calls.
     fn serving(
+        path: &str,
         page: String,
         cache: &PageCache,
         renders: Arc<std::sync::atomic::AtomicUsize>,
     ) -> axum::Router {
         axum::Router::new()
             .route(
-                "/tenants",
+                path,
                 axum::routing::get(move || {
                     renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let page = page.clone();
@@ -268,7 +269,7 @@ mod tests {
         let (_tx, rx) = watch::channel(0);
         let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
         let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let app = serving(page.clone(), &cache, renders.clone());
+        let app = serving("/tenants", page.clone(), &cache, renders.clone());
         let (_, first) = get(&app, "/tenants").await;
         let (headers, second) = get(&app, "/tenants").await;
         assert_eq!(first, page.as_bytes());
@@ -294,24 +295,7 @@ mod tests {
         let (_tx, rx) = watch::channel(0);
         let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
         let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = renders.clone();
-        let app = axum::Router::new()
-            .route(
-                "/tenants/acme",
-                axum::routing::get(move || {
-                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    async {
-                        (
-                            [(header::CONTENT_SECURITY_POLICY, "script-src 'nonce-abc'")],
-                            "acme",
-                        )
-                    }
-                }),
-            )
-            .layer(axum::middleware::from_fn_with_state(
-                cache.clone(),
-                reuse_rendered_pages,
-            ));
+        let app = serving("/tenants/acme", "acme".into(), &cache, renders.clone());
         get(&app, "/tenants/acme").await;
         get(&app, "/tenants/acme").await;
         assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
@@ -326,7 +310,7 @@ mod tests {
         let (_tx, rx) = watch::channel(0);
         let cache = PageCache::new(rx, Clock::manual("2026-12-01T12:00:00Z".parse().unwrap()));
         let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let app = serving(big.clone(), &cache, renders.clone());
+        let app = serving("/tenants", big.clone(), &cache, renders.clone());
         let (_, body) = get(&app, "/tenants").await;
         assert_eq!(body.len(), big.len(), "the whole page, not an empty one");
         assert_eq!(body, big.as_bytes());
