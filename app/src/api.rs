@@ -7,10 +7,10 @@ use leptos::server_fn::codec::GetUrl;
 
 use crate::model::{Meta, Overview, Page, RunDetail, RunRow, TenantDetail, TenantRow};
 
-#[cfg(feature = "ssr")]
+// The trait is declared in the browser build too (where nothing implements it), so the list pages'
+// readers below have one signature in both builds.
 pub use backend::{Backend, BoxFuture};
 
-#[cfg(feature = "ssr")]
 mod backend {
     use std::future::Future;
     use std::pin::Pin;
@@ -72,17 +72,9 @@ pub async fn get_overview() -> Result<(Meta, Overview, Option<String>), ServerFn
     Ok((meta, overview, leader_later().await))
 }
 
-/// The overview's data, read while the page renders (see [`tenants_now`]).
+/// The overview's data, read while the page renders (see [`read_now`]).
 pub fn overview_now() -> Result<(Meta, Overview), ServerFnError> {
-    #[cfg(feature = "ssr")]
-    {
-        let b = backend()?;
-        Ok((b.meta(), b.overview()))
-    }
-    #[cfg(not(feature = "ssr"))]
-    {
-        Err(rendered_on_the_server())
-    }
+    read_now(|b| b.overview())
 }
 
 /// Who holds the leader Lease: the one part of the overview that may wait on the API. The backend is
@@ -113,19 +105,28 @@ pub async fn get_tenants(
     tenants_now(&TenantQuery::new(phase.as_deref(), q.as_deref(), page))
 }
 
-/// The tenants list's data, read while the page renders. The list pages are only ever rendered on the
-/// server (islands), from the caches, without waiting on anything: they take their data directly
-/// rather than through a resource, which would spawn a task and render its suspense twice.
+/// The tenants list's data, read while the page renders (see [`read_now`]).
 pub fn tenants_now(query: &TenantQuery) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
+    read_now(|b| b.tenants(query))
+}
+
+/// What a list page reads from the backend as it renders. The list pages are only ever rendered on the
+/// server (islands), from the caches, without waiting on anything: they take their data directly
+/// rather than through a resource, which would spawn a task and render its suspense twice. In the
+/// browser build, where they are never rendered, there is no backend to read.
+fn read_now<T>(read: impl FnOnce(&dyn Backend) -> T) -> Result<(Meta, T), ServerFnError> {
     #[cfg(feature = "ssr")]
     {
         let b = backend()?;
-        Ok((b.meta(), b.tenants(query)))
+        let meta = b.meta();
+        Ok((meta, read(b.as_ref())))
     }
     #[cfg(not(feature = "ssr"))]
     {
-        let _ = query;
-        Err(rendered_on_the_server())
+        let _ = read;
+        Err(ServerFnError::new(
+            "the list pages are rendered on the server",
+        ))
     }
 }
 
@@ -140,23 +141,9 @@ pub async fn get_runs(page: Option<usize>) -> Result<(Meta, Page<RunRow>), Serve
     runs_now(page)
 }
 
-/// The runs list's data, read while the page renders (see [`tenants_now`]).
+/// The runs list's data, read while the page renders (see [`read_now`]).
 pub fn runs_now(page: Option<usize>) -> Result<(Meta, Page<RunRow>), ServerFnError> {
-    #[cfg(feature = "ssr")]
-    {
-        let b = backend()?;
-        Ok((b.meta(), b.runs(page)))
-    }
-    #[cfg(not(feature = "ssr"))]
-    {
-        let _ = page;
-        Err(rendered_on_the_server())
-    }
-}
-
-#[cfg(not(feature = "ssr"))]
-fn rendered_on_the_server() -> ServerFnError {
-    ServerFnError::new("the list pages are rendered on the server")
+    read_now(|b| b.runs(page))
 }
 
 #[server(prefix = "/api", endpoint = "run", input = GetUrl)]

@@ -2,10 +2,11 @@
 //! so a fleet this size does not fit in it on this machine; the operator's caches, which slim what they
 //! keep, do. So the fleet of the largest scale above, converged (every tenant Active, its Provision run
 //! finished and cleaned up), is listed from its API once and copied under new names — copy `k` of
-//! tenant `t-0xxxx` is `t-kxxxx`, in every name derived from it, and every UUID in it (uids, and the names and fields that carry one) starts with `k` — into
-//! the caches of one more in-memory cluster, through the steps a watch's first list takes (JSON parsed,
-//! slimmed, cached and indexed). That cluster's API holds none of these objects: a reconcile that asked
-//! it for one would be answered 404, so the section counts its requests as well as its writes.
+//! tenant `t-0xxxx` is `t-kxxxx`, in every name derived from it, and every UUID in it (uids, and the
+//! names and fields that carry one) starts with `k` — into the caches of one more in-memory cluster,
+//! through the steps a watch's first list takes (JSON parsed, slimmed, cached and indexed). That
+//! cluster's API holds none of these objects: a reconcile that asked it for one would be answered 404,
+//! so the section counts its requests as well as its writes.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
