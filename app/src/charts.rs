@@ -5,6 +5,7 @@
 
 use leptos::prelude::*;
 
+use crate::components::rendered_at_once;
 use crate::model::{
     ActionDurations, HistoryView, HourBucket, PhaseCount, human_duration, phase_class,
 };
@@ -276,13 +277,14 @@ fn Chart(
 ) -> impl IntoView {
     let (title_id, desc_id) = (format!("{id}-title"), format!("{id}-desc"));
     let labelled_by = format!("{title_id} {desc_id}");
+    let marks = rendered_at_once(view! {
+        <title id=title_id>{title}</title>
+        <desc id=desc_id>{summary}</desc>
+        {children()}
+    });
     view! {
         <figure class="chart">
-            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby=labelled_by>
-                <title id=title_id>{title}</title>
-                <desc id=desc_id>{summary}</desc>
-                {children()}
-            </svg>
+            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby=labelled_by inner_html=marks></svg>
             <figcaption>{caption}</figcaption>
         </figure>
     }

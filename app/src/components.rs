@@ -12,6 +12,16 @@ use crate::text::percent_encode;
 pub const LIVE: &str = "● Live";
 pub const STATIC: &str = "○ Static";
 
+/// `view` rendered to HTML at once, in one pass into one string, to be put in place with
+/// `inner_html`. A page as a whole goes through Leptos' streaming renderer (a page may wait on the
+/// API), which allocates and copies every element's tags on its own; for the many small elements of
+/// a table's rows or a chart's marks that was most of a page's cost. Text and attributes are escaped
+/// the same way on both paths. Only for markup without islands: an island's script is not wired up
+/// inside a string.
+pub fn rendered_at_once(view: impl RenderHtml) -> String {
+    view.to_html()
+}
+
 #[component]
 pub fn Layout(children: Children) -> impl IntoView {
     view! {
@@ -98,14 +108,14 @@ pub fn TenantActions(row: TenantRow, may: Allowed, #[prop(into)] here: String) -
     view! {
         <div class="actions" data-focus-group=format!("actions-{name}")>
             {(may.start_runs && row.can_provision()).then(|| view! {
-                <PostForm action=format!("/actions/tenants/{name}/provision")>
+                <PostForm action=format!("/actions/tenants/{name}/provision") return_to=here.clone()>
                     <button type="submit" class="btn primary">{provision_label}</button>
                 </PostForm>
             })}
             {(row.provisioning).then(|| view! { <span class="muted">"provisioning…"</span> })}
             {(may.change && row.can_suspend()).then(|| view! { <a class="btn" href=confirm_href.clone()>"Suspend"</a> })}
             {(may.change && row.can_resume()).then(|| view! {
-                <PostForm action=format!("/actions/tenants/{name}/resume")>
+                <PostForm action=format!("/actions/tenants/{name}/resume") return_to=here.clone()>
                     <button type="submit" class="btn">"Resume"</button>
                 </PostForm>
             })}
@@ -113,7 +123,7 @@ pub fn TenantActions(row: TenantRow, may: Allowed, #[prop(into)] here: String) -
                 <a class="btn danger-outline" href=format!("/tenants/{name}?confirm=delete")>"Delete"</a>
             })}
             {(may.start_runs && row.can_rotate()).then(|| view! {
-                <PostForm action=format!("/actions/tenants/{name}/rotate")>
+                <PostForm action=format!("/actions/tenants/{name}/rotate") return_to=here.clone()>
                     <button type="submit" class="btn" title="Issue a new password; the old one keeps working for the tenant's rotation grace period where ClickHouse allows it">"Rotate credentials"</button>
                 </PostForm>
                 <a class="btn danger-outline" href=confirm(&here, "revoke", &name) title="For a leaked password: a new one, every other refused at once, running queries ended">"Revoke credentials"</a>

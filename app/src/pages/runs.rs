@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 use super::load_error;
 use crate::api::runs_now;
 use crate::components::Clock;
-use crate::components::{EmptyState, Pager, PhaseBadge};
+use crate::components::{EmptyState, Pager, PhaseBadge, rendered_at_once};
 use crate::model::RunRow;
 
 /// Every run in flight or not yet cleaned up, newest first, 50 a page.
@@ -53,8 +53,7 @@ pub fn RunsTable(
                 <th>"Run"</th><th>"Tenant"</th><th>"Action"</th><th>"Phase"</th><th>"Job"</th>
                 <th>"Started"</th><th>"Duration"</th><th>"Cleanup"</th>
             </tr></thead>
-            <tbody>
-                {rows.into_iter().map(|r| {
+            <tbody inner_html=rendered_at_once(rows.into_iter().map(|r| {
                     view! {
                         <tr data-run=r.name.clone() data-phase=r.phase.clone()>
                             <td><a href=format!("/runs/{}", r.name)>{r.name.clone()}</a>
@@ -68,8 +67,7 @@ pub fn RunsTable(
                             <td class="countdown"><Clock kind="countdown" from=None to=r.cleanup_at.clone() now=server_now.clone()/></td>
                         </tr>
                     }
-                }).collect_view()}
-            </tbody>
+                }).collect_view())></tbody>
         </table>
     }
     .into_any()

@@ -5,10 +5,10 @@ use super::load_error;
 use crate::api::{TenantQuery, tenants_now};
 use crate::components::{
     Clock, ConfirmRevoke, ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell,
-    TenantActions,
+    TenantActions, rendered_at_once,
 };
 use crate::forms::current_url;
-use crate::model::{Meta, Page, TENANT_PHASES, TenantRow};
+use crate::model::{Allowed, Meta, Page, TENANT_PHASES, TenantRow};
 
 /// The tenants list, filtered by phase and text, 50 rows a page.
 #[component]
@@ -69,6 +69,11 @@ fn listing_view(meta: Meta, listing: Page<TenantRow>, here: String) -> AnyView {
         .into_any();
     }
     let may = meta.may;
+    let pager = (listing.pages > 1).then(|| {
+        view! {
+            <Pager page=listing.page pages=listing.pages matched=listing.matched path="/tenants"/>
+        }
+    });
     view! {
         <ConfirmSuspend allowed=may.change back=here.clone()/>
         <ConfirmRevoke allowed=may.start_runs back=here.clone()/>
@@ -77,27 +82,31 @@ fn listing_view(meta: Meta, listing: Page<TenantRow>, here: String) -> AnyView {
                 <th>"Name"</th><th>"Phase"</th><th>"Ready"</th><th>"Database"</th>
                 <th>"Credentials Secret"</th><th>"Age"</th><th>"Actions"</th>
             </tr></thead>
-            <tbody>
-                {listing.rows.into_iter().map(|r| {
-                    view! {
-                        <tr data-tenant=r.name.clone()>
-                            <td>
-                                <a href=format!("/tenants/{}", r.name)>{r.name.clone()}</a>
-                                {r.display_name.clone().map(|d| view! { <div class="sub">{d}</div> })}
-                            </td>
-                            <td><PhaseBadge phase=r.phase.clone()/></td>
-                            <td><ReadyCell ready=r.ready reason=r.ready_reason.clone() message=r.ready_message.clone()/></td>
-                            <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
-                            <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
-                            <td><Clock kind="age" from=r.created.clone() to=None now=meta.server_now.clone()/></td>
-                            <td><TenantActions row=r.clone() may here=here.clone()/></td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
+            <tbody inner_html=rows_html(listing.rows, &meta, may, &here)></tbody>
         </table>
-        {(listing.pages > 1).then(|| view! {
-            <Pager page=listing.page pages=listing.pages matched=listing.matched path="/tenants"/>
-        })}
-    }.into_any()
+        {pager}
+    }
+    .into_any()
+}
+
+/// The table's rows, rendered at once ([`rendered_at_once`]).
+fn rows_html(rows: Vec<TenantRow>, meta: &Meta, may: Allowed, here: &str) -> String {
+    rendered_at_once(rows.into_iter()
+        .map(|r| {
+            view! {
+                <tr data-tenant=r.name.clone()>
+                    <td>
+                        <a href=format!("/tenants/{}", r.name)>{r.name.clone()}</a>
+                        {r.display_name.clone().map(|d| view! { <div class="sub">{d}</div> })}
+                    </td>
+                    <td><PhaseBadge phase=r.phase.clone()/></td>
+                    <td><ReadyCell ready=r.ready reason=r.ready_reason.clone() message=r.ready_message.clone()/></td>
+                    <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
+                    <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
+                    <td><Clock kind="age" from=r.created.clone() to=None now=meta.server_now.clone()/></td>
+                    <td><TenantActions row=r.clone() may here=here.to_string()/></td>
+                </tr>
+            }
+        })
+        .collect_view())
 }
