@@ -12,6 +12,18 @@ use crate::model::{
 
 const WIDTH: f64 = 720.0;
 
+/// A coordinate to a tenth of a unit: the marks look the same, the markup is shorter, and writing it
+/// is integer formatting (a float's shortest form was a tenth of the overview's render).
+fn px(v: f64) -> String {
+    let tenths = (v * 10.0).round() as i64;
+    let (whole, tenth) = (tenths / 10, (tenths % 10).abs());
+    match (tenth, tenths < 0 && whole == 0) {
+        (0, _) => whole.to_string(),
+        (_, true) => format!("-0.{tenth}"),
+        (_, false) => format!("{whole}.{tenth}"),
+    }
+}
+
 /// "10:00" of an RFC 3339 hour.
 fn hour_label(start: &str) -> String {
     start.get(11..16).unwrap_or(start).to_owned()
@@ -50,13 +62,13 @@ pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
                 h.failed
             );
             let tick = (i % 6 == 0).then(|| {
-                view! { <text class="axis" x=x y=height - 6.0>{hour_label(&h.start)}</text> }
+                view! { <text class="axis" x=px(x) y=px(height - 6.0)>{hour_label(&h.start)}</text> }
             });
             view! {
                 <g>
                     <title>{label}</title>
-                    <rect class="bar ok" x=x y=ok_top width=w height=top + plot - ok_top/>
-                    <rect class="bar bad" x=x y=all_top width=w height=ok_top - all_top/>
+                    <rect class="bar ok" x=px(x) y=px(ok_top) width=px(w) height=px(top + plot - ok_top)/>
+                    <rect class="bar bad" x=px(x) y=px(all_top) width=px(w) height=px(ok_top - all_top)/>
                     {tick}
                 </g>
             }
@@ -68,9 +80,9 @@ pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
     };
     view! {
         <Chart id="runs-hour" title="Runs per hour, last 24 hours" summary height caption=caption.into_any()>
-            <text class="axis" x="0" y=top + 4.0>{most as usize}</text>
-            <text class="axis" x="0" y=top + plot>"0"</text>
-            <line class="grid-line" x1=left x2=WIDTH y1=top + plot y2=top + plot/>
+            <text class="axis" x="0" y=px(top + 4.0)>{most as usize}</text>
+            <text class="axis" x="0" y=px(top + plot)>"0"</text>
+            <line class="grid-line" x1=px(left) x2=px(WIDTH) y1=px(top + plot) y2=px(top + plot)/>
             {bars}
         </Chart>
     }
@@ -107,10 +119,10 @@ pub fn DurationsChart(durations: Vec<ActionDurations>) -> impl IntoView {
             view! {
                 <g>
                     <title>{format!("{}: {text}", d.action)}</title>
-                    <text class="label" x="0" y=y + 15.0>{d.action.clone()}</text>
-                    <rect class="bar p95" x=label_w y=y width=w(d.p95_seconds) height=row - 8.0/>
-                    <rect class="bar median" x=label_w y=y + 4.0 width=w(d.median_seconds) height=row - 16.0/>
-                    <text class="value" x=WIDTH - value_w + 8.0 y=y + 15.0>{text}</text>
+                    <text class="label" x="0" y=px(y + 15.0)>{d.action.clone()}</text>
+                    <rect class="bar p95" x=px(label_w) y=px(y) width=px(w(d.p95_seconds)) height=px(row - 8.0)/>
+                    <rect class="bar median" x=px(label_w) y=px(y + 4.0) width=px(w(d.median_seconds)) height=px(row - 16.0)/>
+                    <text class="value" x=px(WIDTH - value_w + 8.0) y=px(y + 15.0)>{text}</text>
                 </g>
             }
         })
@@ -155,7 +167,7 @@ pub fn PhaseChart(phases: Vec<PhaseCount>, total: usize) -> impl IntoView {
                 "segment {}",
                 phase_class(&p.phase).trim_start_matches("badge ")
             );
-            view! { <rect class=class x=at y="0" width=w height=height/> }
+            view! { <rect class=class x=px(at) y="0" width=px(w) height=px(height)/> }
         })
         .collect_view();
     let summary = shown
@@ -230,7 +242,7 @@ pub fn RunTimeline(history: Vec<HistoryView>, now: String) -> impl IntoView {
         .iter()
         .enumerate()
         .map(
-            |(i, l)| view! { <text class="label" x="0" y=i as f64 * row + 16.0>{l.clone()}</text> },
+            |(i, l)| view! { <text class="label" x="0" y=px(i as f64 * row + 16.0)>{l.clone()}</text> },
         )
         .collect_view();
     let runs = marks
@@ -240,7 +252,7 @@ pub fn RunTimeline(history: Vec<HistoryView>, now: String) -> impl IntoView {
             let class = format!("mark {}", phase_class(phase).trim_start_matches("badge "));
             let took = human_duration(end - start);
             view! {
-                <rect class=class x=x(*start) y=lane * row + 4.0 width=(x(*end) - x(*start)).max(4.0) height=row - 8.0>
+                <rect class=class x=px(x(*start)) y=px(lane * row + 4.0) width=px((x(*end) - x(*start)).max(4.0)) height=px(row - 8.0)>
                     <title>{format!("{name}: {phase} after {took}")}</title>
                 </rect>
             }
@@ -257,8 +269,8 @@ pub fn RunTimeline(history: Vec<HistoryView>, now: String) -> impl IntoView {
         <Chart id="timeline" title="Run history" summary height caption>
             {lane_labels}
             {runs}
-            <text class="axis" x=label_w y=height - 4.0>{human_duration(last - first)} " ago"</text>
-            <text class="axis end" x=WIDTH - 4.0 y=height - 4.0>"now"</text>
+            <text class="axis" x=px(label_w) y=px(height - 4.0)>{human_duration(last - first)} " ago"</text>
+            <text class="axis end" x=px(WIDTH - 4.0) y=px(height - 4.0)>"now"</text>
         </Chart>
     }
     .into_any()
@@ -284,8 +296,25 @@ fn Chart(
     });
     view! {
         <figure class="chart">
-            <svg viewBox=format!("0 0 {WIDTH} {height}") role="img" aria-labelledby=labelled_by inner_html=marks></svg>
+            <svg viewBox=format!("0 0 {} {}", px(WIDTH), px(height)) role="img" aria-labelledby=labelled_by inner_html=marks></svg>
             <figcaption>{caption}</figcaption>
         </figure>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::px;
+
+    #[test]
+    fn a_coordinate_is_written_to_a_tenth() {
+        assert_eq!(px(29.166_666_666_666_668), "29.2");
+        assert_eq!(px(720.0), "720");
+        assert_eq!(px(12.04), "12");
+        assert_eq!(px(12.06), "12.1");
+        assert_eq!(px(0.96), "1");
+        assert_eq!(px(-0.25), "-0.3");
+        assert_eq!(px(-1.5), "-1.5");
+        assert_eq!(px(-20.0), "-20");
     }
 }
