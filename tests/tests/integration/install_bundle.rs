@@ -343,39 +343,95 @@ fn the_restricted_check_catches_each_loosening() {
     .unwrap();
     let base = deployment.spec.unwrap().template.spec.unwrap();
     type Loosen = fn(&mut k8s_openapi::api::core::v1::PodSpec);
-    let loosenings: [(&str, Loosen); 8] = [
-        ("allowPrivilegeEscalation", |p| {
+    // Each loosening, and the words of the one violation it must cause.
+    let loosenings: [(&str, Loosen); 16] = [
+        ("allowPrivilegeEscalation must be false", |p| {
             container_sc(p).allow_privilege_escalation = Some(true)
         }),
-        ("runAsNonRoot", |p| {
+        ("runAsNonRoot must be true", |p| {
             container_sc(p).run_as_non_root = None;
             p.security_context.as_mut().unwrap().run_as_non_root = None;
         }),
-        ("capabilities", |p| container_sc(p).capabilities = None),
-        ("seccompProfile", |p| {
+        ("runAsUser must not be 0", |p| {
+            container_sc(p).run_as_user = Some(0)
+        }),
+        ("runAsUser must not be 0", |p| {
+            container_sc(p).run_as_user = None;
+            p.security_context.as_mut().unwrap().run_as_user = Some(0);
+        }),
+        ("capabilities must drop ALL", |p| {
+            container_sc(p).capabilities = None
+        }),
+        ("only NET_BIND_SERVICE may be added", |p| {
+            let caps = container_sc(p).capabilities.as_mut().unwrap();
+            caps.add = Some(vec!["NET_BIND_SERVICE".into(), "SYS_ADMIN".into()]);
+        }),
+        ("seccompProfile must be RuntimeDefault or Localhost", |p| {
             container_sc(p).seccomp_profile = None;
             p.security_context.as_mut().unwrap().seccomp_profile = None;
         }),
-        ("readOnlyRootFilesystem", |p| {
+        ("seccompProfile must be RuntimeDefault or Localhost", |p| {
+            container_sc(p).seccomp_profile =
+                Some(serde_json::from_value(serde_json::json!({"type": "Unconfined"})).unwrap());
+        }),
+        ("readOnlyRootFilesystem must be true", |p| {
             container_sc(p).read_only_root_filesystem = Some(false)
         }),
         ("host namespaces", |p| p.host_network = Some(true)),
-        ("volume", |p| {
+        ("host namespaces", |p| p.host_pid = Some(true)),
+        ("host namespaces", |p| p.host_ipc = Some(true)),
+        ("uses a type restricted forbids", |p| {
             p.volumes = Some(vec![
                 serde_json::from_value(serde_json::json!({"name": "h", "hostPath": {"path": "/"}}))
                     .unwrap(),
             ])
         }),
         ("privileged", |p| container_sc(p).privileged = Some(true)),
+        ("hostPort is not allowed", |p| {
+            p.containers[0].ports = Some(vec![
+                serde_json::from_value(
+                    serde_json::json!({"containerPort": 8080, "hostPort": 8080}),
+                )
+                .unwrap(),
+            ])
+        }),
+        ("a memory limit is required", |p| {
+            let resources = p.containers[0].resources.as_mut().unwrap();
+            resources.limits.as_mut().unwrap().remove("memory");
+        }),
     ];
-    for (what, loosen) in loosenings {
+    for (words, loosen) in loosenings {
         let mut spec = base.clone();
         loosen(&mut spec);
+        let found = pss::violations(&spec);
         assert!(
-            !pss::violations(&spec).is_empty(),
-            "loosening {what} went unnoticed"
+            found.len() == 1 && found[0].contains(words),
+            "a loosening that breaks {words:?} gave {found:?}"
         );
     }
+    // An init container is held to the same rules as the others.
+    let mut spec = base.clone();
+    let mut init = spec.containers[0].clone();
+    init.name = "init".into();
+    init.security_context
+        .as_mut()
+        .unwrap()
+        .allow_privilege_escalation = None;
+    spec.init_containers = Some(vec![init]);
+    assert_eq!(
+        pss::violations(&spec),
+        vec!["init: allowPrivilegeEscalation must be false".to_owned()]
+    );
+    // What restricted allows stays allowed: the pod-level seccomp profile for every container, and
+    // NET_BIND_SERVICE added.
+    let mut spec = base.clone();
+    let pod_seccomp = container_sc(&mut spec).seccomp_profile.take();
+    spec.security_context.as_mut().unwrap().seccomp_profile = pod_seccomp.or_else(|| {
+        Some(serde_json::from_value(serde_json::json!({"type": "RuntimeDefault"})).unwrap())
+    });
+    container_sc(&mut spec).capabilities.as_mut().unwrap().add =
+        Some(vec!["NET_BIND_SERVICE".into()]);
+    assert_eq!(pss::violations(&spec), Vec::<String>::new());
 }
 
 /// Whether `selector`'s matchLabels all appear in `labels` (NetworkPolicy podSelector semantics for a
