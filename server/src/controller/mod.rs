@@ -1,5 +1,5 @@
 //! The two reconcilers and what they share: the context (client, caches, clock, leadership) and the
-//! wiring that runs them on shared reflector streams.
+//! wiring that runs them on one watch and one cache per kind.
 
 pub mod attempts;
 mod backoff;
@@ -17,6 +17,7 @@ pub mod shards;
 pub mod slots;
 pub mod tenant;
 mod tenant_index;
+mod triggers;
 mod wiring;
 
 pub use backoff::ErrorBackoff;

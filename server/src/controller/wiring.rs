@@ -1,4 +1,4 @@
-//! Runs both controllers on shared reflector streams: one watch per kind, one cache per kind, read by
+//! Runs both controllers on one watch per kind: one cache per kind, read by
 //! the reconcilers and the dashboard alike.
 
 use std::collections::HashMap;
@@ -14,14 +14,13 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use super::queue::{Key, Queue};
+use super::triggers::Triggers;
 use super::{
     Context, FinishedRuns, JobIndex, Queues, RunIndex, TenantIndex, error_policy, runjob, tenant,
 };
 use crate::crd::{RunJob, SECRET_MARKER_COMPONENT, Tenant};
 use crate::telemetry::{RunsInFlight, Snapshot};
 
-/// Buffer of each shared stream: how far a slow subscriber may lag before the watch waits for it.
-const SHARED_BUFFER: usize = 1024;
 /// Label on everything we create; the Job cache holds only those.
 pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=sentry-tenants";
 
@@ -43,6 +42,16 @@ pub struct Stores {
     pub finished_runs: FinishedRuns,
     pub changes: Changes,
     pub synced: Synced,
+    /// What the watches bring into the caches, for the controllers' triggers.
+    pub triggers: Arc<WatchTriggers>,
+}
+
+/// The controllers' trigger streams, one fan-out per watched kind (see [`Triggers`]).
+#[derive(Default)]
+pub struct WatchTriggers {
+    pub tenants: Triggers<Tenant>,
+    pub runjobs: Triggers<RunJob>,
+    pub jobs: Triggers<Job>,
 }
 
 /// One of the caches.
@@ -113,7 +122,7 @@ pub struct StoreWriters {
     pub runjobs: reflector::store::Writer<RunJob>,
     pub jobs: reflector::store::Writer<Job>,
     /// Not shared: the Tenant controller is told of markers through [`marker_watch`], deletions
-    /// included (a shared stream's subscribers are never told of those).
+    /// included (the controllers' triggers are told only what a watch brings into a cache).
     pub markers: reflector::store::Writer<ConfigMap>,
 }
 
@@ -162,9 +171,9 @@ impl Stores {
     }
 
     pub fn shared() -> (Stores, StoreWriters) {
-        let (tenants, tw) = reflector::store_shared(SHARED_BUFFER);
-        let (runjobs, rw) = reflector::store_shared(SHARED_BUFFER);
-        let (jobs, jw) = reflector::store_shared(SHARED_BUFFER);
+        let (tenants, tw) = reflector::store();
+        let (runjobs, rw) = reflector::store();
+        let (jobs, jw) = reflector::store();
         let mw = reflector::store::Writer::default();
         (
             Stores {
@@ -178,6 +187,7 @@ impl Stores {
                 finished_runs: FinishedRuns::default(),
                 changes: Changes::new(),
                 synced: Synced::new(),
+                triggers: Arc::default(),
             },
             StoreWriters {
                 tenants: tw,
@@ -218,8 +228,8 @@ impl Stores {
     }
 
     /// For a reflector's output stream, what follows once an event is in the cache: the first list
-    /// marks the cache synced, and a change to a tenant or run, deletions included (the shared
-    /// stream's subscribers are never told of those), is announced to the dashboard.
+    /// marks the cache synced, and a change to a tenant or run, deletions included (the controllers'
+    /// triggers are not told of those), is announced to the dashboard.
     fn after_cached<K, E>(
         &self,
         cache: Cache,
@@ -237,6 +247,24 @@ impl Stores {
                 changes.notify();
             }
             _ => {}
+        }
+    }
+
+    /// For a reflector's output stream: tells the controllers' triggers what each event brought into
+    /// `cache` (after the indexes, so that a reconcile finds the object in both).
+    fn triggering<K>(
+        &self,
+        of: fn(&WatchTriggers) -> &Triggers<K>,
+        cache: &Store<K>,
+    ) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) + use<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let (triggers, cache) = (Arc::clone(&self.triggers), cache.clone());
+        move |event| {
+            if let Ok(event) = event {
+                of(&triggers).announce(event, &cache);
+            }
         }
     }
 
@@ -311,7 +339,7 @@ fn watch_config() -> watcher::Config {
     watcher::Config::default().timeout(crate::cluster::WATCH_TIMEOUT_SECONDS)
 }
 
-/// One watch per kind in `namespace`, each feeding its cache (and the shared stream's subscribers); the
+/// One watch per kind in `namespace`, each feeding its cache (and the controllers' triggers); the
 /// Jobs are watched only when given a writer for them. Never ends.
 pub fn watch_caches(
     client: kube::Client,
@@ -331,7 +359,7 @@ pub fn watch_caches(
     )
     .default_backoff()
     .modify(slim_tenant)
-    .reflect_shared(tw)
+    .reflect(tw)
     .inspect({
         // After the cache, so a name the index lists is found in it (but for a moment after a
         // deletion, when the page leaves the name out).
@@ -343,6 +371,7 @@ pub fn watch_caches(
         }
     })
     .inspect(stores.after_cached(Cache::Tenants))
+    .inspect(stores.triggering(|t| &t.tenants, &stores.tenants))
     .for_each(|_| futures::future::ready(()));
     let run_watch = watcher(
         Api::<RunJob>::namespaced(client.clone(), &ns),
@@ -358,8 +387,9 @@ pub fn watch_caches(
             }
         }
     })
-    .reflect_shared(rw)
+    .reflect(rw)
     .inspect(stores.after_cached(Cache::RunJobs))
+    .inspect(stores.triggering(|t| &t.runjobs, &stores.runjobs))
     .for_each(|_| futures::future::ready(()));
     let job_watch = async move {
         let Some(jw) = jw else {
@@ -379,8 +409,9 @@ pub fn watch_caches(
                     }
                 }
             })
-            .reflect_shared(jw)
+            .reflect(jw)
             .inspect(stores.after_cached(Cache::Jobs))
+            .inspect(stores.triggering(|t| &t.jobs, &stores.jobs))
             .for_each(|_| futures::future::ready(()))
             .await;
     };
@@ -457,14 +488,15 @@ pub async fn run_controllers(
     } = writers;
     let ns = ctx.config.shared.namespace.clone();
     let client = ctx.client.clone();
-    let subscribe_tenants = tw.subscribe().expect("shared store");
-    let subscribe_runs_a = rw.subscribe().expect("shared store");
-    let subscribe_runs_b = rw.subscribe().expect("shared store");
-    let subscribe_jobs = jw.subscribe().expect("shared store");
+    let triggers = &ctx.stores.triggers;
+    let subscribe_tenants = triggers.tenants.subscribe();
+    let subscribe_runs_a = triggers.runjobs.subscribe();
+    let subscribe_runs_b = triggers.runjobs.subscribe();
+    let subscribe_jobs = triggers.jobs.subscribe();
     let subscribe_tenants_for_runs = ctx
         .sharding
         .is_sharded()
-        .then(|| tw.subscribe().expect("shared store"));
+        .then(|| triggers.tenants.subscribe());
 
     let markers = marker_watch(client.clone(), &ns, &ctx.stores, mw);
     let watches = watch_caches(client, &ns, &ctx.stores, (tw, rw, Some(jw)));
