@@ -481,7 +481,7 @@ EOF
   # The socket answers before the CRI service has recovered the containers of an earlier run, and a
   # kubelet started then exits ("server is not initialized yet"): wait for this start's boot line.
   local logged
-  logged=$(wc -l <"$dir/logs/containerd.log" 2>/dev/null || echo 0)
+  logged=$({ wc -l <"$dir/logs/containerd.log"; } 2>/dev/null || echo 0)
   start containerd nsenter --net="/run/netns/st$x" env PATH="$bin:/usr/sbin:/usr/bin:/sbin:/bin" "$bin/containerd" --config "$c/config.toml"
   wait_until containerd "its boot (the CRI service ready)" \
     sh -c "tail -n +$((logged + 1)) '$dir/logs/containerd.log' | grep -q 'containerd successfully booted'"
