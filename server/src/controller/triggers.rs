@@ -160,13 +160,19 @@ mod tests {
         let (cache, mut writer) = reflector::store::<ConfigMap>();
         let triggers = Triggers::default();
         let mut first = pin!(triggers.subscribe());
-        let second = triggers.subscribe();
-        drop(second);
-        let event = Event::Apply(config_map("a", "1"));
-        writer.apply_watcher_event(&event);
-        triggers.announce(&event, &cache);
-        assert_eq!(received(&mut first), ["a@1"]);
-        assert_eq!(triggers.lock().len(), 1, "the ended subscriber is gone");
+        let mut second = pin!(triggers.subscribe());
+        let ended = triggers.subscribe();
+        drop(ended);
+        for event in [
+            Event::Apply(config_map("a", "1")),
+            Event::Apply(config_map("b", "2")),
+        ] {
+            writer.apply_watcher_event(&event);
+            triggers.announce(&event, &cache);
+        }
+        assert_eq!(received(&mut first), ["a@1", "b@2"]);
+        assert_eq!(received(&mut second), ["a@1", "b@2"]);
+        assert_eq!(triggers.lock().len(), 2, "the ended subscriber is gone");
     }
 
     /// Why this module exists: kube's own subscription, given the same events, answers `Pending` for

@@ -121,7 +121,7 @@ pub struct StoreWriters {
     pub tenants: reflector::store::Writer<Tenant>,
     pub runjobs: reflector::store::Writer<RunJob>,
     pub jobs: reflector::store::Writer<Job>,
-    /// Not shared: the Tenant controller is told of markers through [`marker_watch`], deletions
+    /// Feeds no trigger: the Tenant controller is told of markers through [`marker_watch`], deletions
     /// included (the controllers' triggers are told only what a watch brings into a cache).
     pub markers: reflector::store::Writer<ConfigMap>,
 }
