@@ -1023,6 +1023,26 @@ impl Cluster {
             "conditions": [{"type": "Failed", "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}]}))
             .await;
     }
+    /// Makes a DELETE of the Job `name` leave it in place, marked deleted, as the apiserver does for a
+    /// Foreground deletion until the garbage collector has deleted its pods: the `foregroundDeletion`
+    /// finalizer the apiserver would add with the DELETE, added beforehand (the in-memory API deletes
+    /// at once whatever carries none).
+    pub async fn hold_job_deletion_for_its_pods(&self, name: &str) {
+        self.set_job_finalizers(name, json!(["foregroundDeletion"]))
+            .await;
+    }
+    /// Plays the garbage collector finishing a Foreground deletion: the pods are gone, so it removes
+    /// the finalizer and the apiserver the Job.
+    pub async fn job_pods_gone(&self, name: &str) {
+        self.set_job_finalizers(name, Value::Null).await;
+    }
+    async fn set_job_finalizers(&self, name: &str, finalizers: Value) {
+        let patch = json!({"metadata": {"finalizers": finalizers}});
+        self.jobs()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch Job finalizers");
+    }
     /// Plays a Job whose pods all failed: the last pod's termination message is `message` (what the
     /// provisioner writes there), and the Job is marked Failed the way the Job controller words it.
     pub async fn job_failed_in_pod(&self, name: &str, message: &str) {

@@ -1,8 +1,9 @@
 //! The RunJob reconciler. Each rule answers a bug named in the seed review:
 //! 0. Of a sharded install, a run is reconciled by its tenant's shard, or by the main operator when
 //!    its tenant is gone ([`super::shards`]).
-//! 1. Deletion first: the Job is deleted with Background propagation, the finalizer removed, and the
-//!    reconcile returns — nothing else runs for a RunJob that is going away.
+//! 1. Deletion first: the Job is deleted in the Foreground, the finalizer removed once the Job and its
+//!    pods are gone (a run stopped before it finished is kept in its tenant's history as failed), and
+//!    the reconcile returns — nothing else runs for a RunJob that is going away.
 //! 2. A RunJob carries our finalizer and is owned by its Tenant (our creators set both at birth).
 //! 3. A run that has no Job yet fails with a clear message and no Job when its tenant is missing or
 //!    being deleted (a Deprovision run: when its tenant is *not* being deleted); a run whose Job
@@ -138,26 +139,23 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
 /// How often a queued run looks for a free slot by itself.
 const QUEUED_POLL: Duration = Duration::from_secs(30);
 
-/// Rule 1: delete the Job (Background: the batch/v1 default orphans its pods), drop the finalizer.
+/// Rule 1: stop the Job, and drop the finalizer once it is gone. The Job is deleted in the Foreground
+/// (the batch/v1 default, Orphan, would leave its pods running): it stays, marked deleted, until the
+/// garbage collector has deleted its pods. Until then the run stays too, unfinished — its pod may still
+/// be changing ClickHouse, and a deleted tenant's Deprovision run waits for it (see `reclaim`).
 async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
     if !run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER) {
         return Ok(Action::await_change());
     }
-    let name = name_of(run)?;
-    if let Some(job_uid) = owned_job_uid(run, ctx).await? {
-        // The uid precondition makes sure we delete the Job this run created, never a same-named other.
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(job_uid),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match ctx.jobs().delete(&name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+    let job_uid = owned_job_uid(run, ctx).await?;
+    if let Some(job_uid) = job_uid.as_deref()
+        && job_stopping(run, job_uid, ctx).await?
+    {
+        // The Job's deletion wakes this run: it owns the Job.
+        return Ok(Action::await_change());
+    }
+    if job_uid.is_some() && !run.is_finished() {
+        record_stopped(run, ctx).await?;
     }
     let remaining = super::without(run.finalizers(), RUNJOB_FINALIZER);
     replace_finalizers(&ctx.runjobs(), run, remaining).await?;
@@ -167,6 +165,56 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
         wake_queued(ctx);
     }
     Ok(Action::await_change())
+}
+
+/// Deletes the Job `job_uid` this run created and says whether it is still there: being deleted, its
+/// pods not gone yet. A Job the cache no longer shows is asked of the API, not deleted again; the uid
+/// precondition makes sure the DELETE reaches the Job this run created, never a same-named other (409:
+/// that one is not ours, and ours is gone).
+async fn job_stopping(run: &RunJob, job_uid: &str, ctx: &Context) -> Result<bool> {
+    let name = name_of(run)?;
+    let ours = lookup_job(&name, ctx)
+        .await?
+        .filter(|job| job.uid().as_deref() == Some(job_uid));
+    match ours {
+        None => return Ok(false),
+        Some(job) if is_deleted(&job) => return Ok(true),
+        Some(_) => {}
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(job_uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::foreground()
+    };
+    match ctx.jobs().delete(&name, &params).await {
+        // The apiserver answers with the object while it waits for the garbage collector, with a
+        // Status once the object is gone.
+        Ok(answer) => Ok(answer.left().is_some_and(|job| is_deleted(&job))),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A run whose Job was stopped before it finished is kept in its tenant's history as failed: its pod
+/// may have changed ClickHouse first, so the tenant must not forget it — a deleted tenant's Deprovision
+/// run comes for a Provision run stopped midway as for one that failed (see `reclaim`).
+async fn record_stopped(run: &RunJob, ctx: &Context) -> Result<()> {
+    let tenant = ctx.find_tenant(&run.spec.tenant).await?;
+    let Some(tenant) = tenant.filter(|t| run.is_for(t)) else {
+        return Ok(());
+    };
+    let mut stopped = run.clone();
+    stopped.status = Some(failed(run, STOPPED, ctx.clock.now()));
+    record_in_history(&tenant, &stopped, ctx).await
+}
+
+/// Why a run deleted before it finished failed.
+pub const STOPPED: &str = "deleted before it finished; its pod was stopped";
+
+fn is_deleted(job: &Job) -> bool {
+    job.metadata.deletion_timestamp.is_some()
 }
 
 /// The uid of the Job this run controls, if one exists: from the status, else from the cache or the API.

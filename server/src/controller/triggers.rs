@@ -1,5 +1,5 @@
-//! The controllers' trigger streams: every object a watch brings into its cache, handed to each
-//! subscriber as the object itself.
+//! The controllers' trigger streams: every object a watch brings into its cache or deletes from it,
+//! handed to each subscriber as the object itself.
 //!
 //! Not kube's shared-store subscriptions (`Writer::subscribe`): the `ReflectHandle` they give hands
 //! out a reference that it looks up in the cache only when polled, and when the object was deleted in
@@ -43,18 +43,19 @@ where
 
     /// Tells every subscriber what `event` brought into `cache`, which already holds it: the object
     /// applied, or after a complete (re)list every cached object, so that what a watch missed while
-    /// it was down is looked at again. A deletion brings nothing: the controllers find the object
-    /// gone when they look.
+    /// it was down is looked at again. A deletion brings the deleted object, which the cache no longer
+    /// holds: its own controller finds it gone and does nothing, but whoever it names (the RunJob
+    /// that owned a Job, the Tenant of a run) must hear that it is gone — a run waits for its Job's
+    /// pods to be gone, a deleted tenant for its runs.
     pub fn announce(&self, event: &watcher::Event<K>, cache: &Store<K>) {
         let objects = match event {
             watcher::Event::Apply(object) => cache
                 .get(&ObjectRef::from_obj(object))
                 .into_iter()
                 .collect(),
+            watcher::Event::Delete(object) => vec![Arc::new(object.clone())],
             watcher::Event::InitDone => cache.state(),
-            watcher::Event::Delete(_) | watcher::Event::Init | watcher::Event::InitApply(_) => {
-                return;
-            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => return,
         };
         // A subscriber whose controller ended is dropped.
         self.lock().retain(|subscriber| {
@@ -121,13 +122,13 @@ mod tests {
         feed(&mut writer, Event::Apply(config_map("a", "1")));
         feed(&mut writer, Event::Delete(config_map("a", "2")));
         feed(&mut writer, Event::Apply(config_map("b", "3")));
-        assert_eq!(received(&mut subscriber), ["a@1", "b@3"]);
+        assert_eq!(received(&mut subscriber), ["a@1", "a@2", "b@3"]);
         feed(&mut writer, Event::Apply(config_map("b", "4")));
         assert_eq!(received(&mut subscriber), ["b@4"], "and it goes on");
     }
 
     #[test]
-    fn a_relist_announces_every_cached_object_and_a_deletion_nothing() {
+    fn a_relist_announces_every_cached_object_and_a_deletion_the_deleted_one() {
         let (cache, mut writer) = reflector::store::<ConfigMap>();
         let triggers = Triggers::default();
         let mut subscriber = pin!(triggers.subscribe());
@@ -151,7 +152,7 @@ mod tests {
         let delete = Event::Delete(config_map("a", "3"));
         writer.apply_watcher_event(&delete);
         triggers.announce(&delete, &cache);
-        assert!(received(&mut subscriber).is_empty());
+        assert_eq!(received(&mut subscriber), ["a@3"], "as the deletion saw it");
         assert!(cache.get(&ObjectRef::new("a").within("ns")).is_none());
     }
 

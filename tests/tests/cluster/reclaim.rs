@@ -128,3 +128,84 @@ async fn delete_drops_user_and_database_and_deletes_the_secret_even_in_foregroun
     assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
     s.assert_no_forbidden();
 }
+
+/// A tenant deleted while its Provision pod runs: the garbage collector deletes the run, whose Job is
+/// deleted in the Foreground, so the run stays until the pod is gone — and only then may the
+/// Deprovision run start: a Provision pod still running could create the user after the Deprovision
+/// dropped it. The stand-in answers slowly, so the Provision run is still running when it is deleted;
+/// the apiserver's audit log orders the pod's last write before the Deprovision run's create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deprovision_run_starts_only_once_a_deleted_runs_pod_is_gone() {
+    let s = setup("reclaim-stopping").await;
+    let ch = ClickHouseStandIn::start(&s.plane.host_address(), ADMIN.0, ADMIN.1).await;
+    s.install_with_clickhouse(&ch.url, ADMIN).await;
+    ch.set_delay(std::time::Duration::from_secs(20));
+    let from = s.plane.audit_log_offset();
+    s.apply(&automatic_tenant("initech", "Delete"));
+    let runs: Api<RunJob> = Api::namespaced(s.admin.clone(), &s.ns);
+    let provision = wait_until("initech's Provision run Running", async || {
+        let all = runs.list(&Default::default()).await.ok()?.items;
+        all.into_iter()
+            .find(|r| r.spec.tenant == "initech" && r.phase() == Some(RunPhase::Running))
+    })
+    .await
+    .name_any();
+
+    kubectl_delete(&s, "initech", "foreground");
+    ch.set_delay(std::time::Duration::ZERO);
+    let tenants: Api<Tenant> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_gone(&tenants, "initech").await;
+    let deprovision = deprovision_runs(&s, "initech").await;
+    assert_eq!(deprovision.len(), 1, "{deprovision:#?}");
+    assert!(!ch.has_user(&s.ch_user("initech")), "user dropped");
+    assert!(
+        !ch.has_database(&s.ch_database("initech")),
+        "database dropped"
+    );
+
+    let events = s.plane.audit_events_after(from, |e| {
+        e["objectRef"]["namespace"] == s.ns.as_str()
+            && e["responseStatus"]["code"].as_u64() < Some(300)
+    });
+    let at = |e: &serde_json::Value, stage: &str| -> jiff::Timestamp {
+        e[stage]
+            .as_str()
+            .expect("a timestamp")
+            .parse()
+            .expect("RFC 3339")
+    };
+    let pod_of_provision = format!("{provision}-");
+    let pod_writes: Vec<jiff::Timestamp> = events
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&pod_of_provision))
+                && matches!(
+                    e["verb"].as_str(),
+                    Some("create" | "update" | "patch" | "delete")
+                )
+        })
+        .map(|e| at(e, "stageTimestamp"))
+        .collect();
+    let pod_gone = pod_writes
+        .iter()
+        .max()
+        .expect("the Provision run had a pod");
+    let deprovision_made = events
+        .iter()
+        .find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "runjobs"
+                && e["objectRef"]["name"] == deprovision[0].name_any().as_str()
+        })
+        .map(|e| at(e, "requestReceivedTimestamp"))
+        .expect("the Deprovision run's create is audited");
+    assert!(
+        *pod_gone < deprovision_made,
+        "the Provision pod was last written at {pod_gone}, after the Deprovision run was made at {deprovision_made}"
+    );
+    assert!(ch.refused().is_empty(), "chdb refused: {:?}", ch.refused());
+    s.assert_no_forbidden();
+}

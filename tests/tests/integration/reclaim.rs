@@ -152,6 +152,59 @@ async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
     assert_eq!(c.runs_of(RunAction::Deprovision).await.len(), 1);
 }
 
+/// A run deleted before it finished (here by the garbage collector's cascade, as a Foreground
+/// deletion of the tenant does, or by hand) may still have its pod changing ClickHouse: the
+/// Deprovision run waits until the run is gone, which it is only once its Job's pods are.
+#[tokio::test]
+async fn a_run_deleted_before_it_finished_holds_the_deprovision_run_until_its_pod_is_gone() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Provision, "acme-provision-1")
+        .await;
+    c.settle().await;
+    c.job_running("acme-provision-1").await;
+    c.settle().await;
+    c.hold_job_deletion_for_its_pods("acme-provision-1").await;
+    c.runjobs()
+        .delete("acme-provision-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    delete_tenant(&c, "acme").await;
+    c.settle().await;
+    let (_, reason, message) = condition(&c.tenant("acme").await, "Reclaimed").unwrap();
+    assert_eq!(reason, "WaitingForRun");
+    assert!(
+        message.starts_with("Run acme-provision-1 has not finished"),
+        "{message}"
+    );
+    assert!(c.runs_of(RunAction::Deprovision).await.is_empty());
+    assert!(
+        c.run("acme-provision-1").await.is_some(),
+        "its pod is not gone yet"
+    );
+
+    c.job_pods_gone("acme-provision-1").await;
+    c.settle().await;
+    assert!(c.run("acme-provision-1").await.is_none());
+    // Its pod may have created the user before it was stopped: the tenant keeps it as failed, and the
+    // Deprovision run comes as for any Provision run that failed.
+    let t = c.tenant("acme").await;
+    let recorded = &t.history()[0];
+    assert_eq!(
+        (
+            recorded.name.as_str(),
+            recorded.phase,
+            recorded.message.as_str()
+        ),
+        (
+            "acme-provision-1",
+            sentry_tenants::crd::RunPhase::Failed,
+            "Run failed: deleted before it finished; its pod was stopped"
+        )
+    );
+    assert_eq!(c.runs_of(RunAction::Deprovision).await.len(), 1);
+}
+
 /// A failing Deprovision run is retried with a growing delay for as long as it fails (six attempts
 /// here, more than the four there used to be), its condition naming the next attempt and the escape
 /// hatch; removing the finalizer by hand still lets the tenant go.

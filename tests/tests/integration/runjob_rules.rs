@@ -109,7 +109,7 @@ async fn get_or_create_never_makes_a_second_job_on_rereconcile_restart_or_race()
 
 /// Seed bug: "Finalizer never performs cleanup: … doesn't return early on deletion".
 #[tokio::test]
-async fn deletion_first_deletes_job_in_background_removes_finalizer_and_does_nothing_else() {
+async fn deletion_first_deletes_job_in_foreground_removes_finalizer_and_does_nothing_else() {
     let c = cluster_with_run().await;
     c.settle().await;
     let job_uid = c.job(RUN).await.expect("Job created").uid().unwrap();
@@ -132,8 +132,8 @@ async fn deletion_first_deletes_job_in_background_removes_finalizer_and_does_not
         .find(|w| w.method == Method::DELETE && w.resource() == "jobs")
         .expect("Job deleted");
     assert_eq!(
-        job_delete.body["propagationPolicy"], "Background",
-        "batch/v1 default would orphan the pods"
+        job_delete.body["propagationPolicy"], "Foreground",
+        "batch/v1's default would orphan the pods, Background would not wait for them"
     );
     assert_eq!(
         job_delete.body["preconditions"]["uid"], job_uid,
@@ -143,21 +143,76 @@ async fn deletion_first_deletes_job_in_background_removes_finalizer_and_does_not
         .iter()
         .filter(|w| !(w.method == Method::DELETE && w.resource() == "jobs"))
         .collect();
+    let paths: Vec<(String, &str)> = other
+        .iter()
+        .map(|w| {
+            (
+                w.method.to_string(),
+                w.path.rsplit("/namespaces/").next().unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(
-        other.len(),
-        1,
-        "only the finalizer removal follows: {other:#?}"
+        paths,
+        [
+            ("PATCH".to_owned(), "sentry-tenants/tenants/acme/status"),
+            (
+                "PATCH".to_owned(),
+                "sentry-tenants/runjobs/acme-provision-1"
+            ),
+        ],
+        "only the stopped run's record in its tenant's history and the finalizer removal follow, no \
+         status write for a deleting run"
     );
-    assert_eq!(other[0].method, Method::PATCH);
-    assert!(
-        !other[0].path.ends_with("/status"),
-        "no status write for a deleting run"
+    assert_eq!(
+        c.tenant("acme").await.history()[0].message,
+        format!("Run failed: {}", runjob::STOPPED)
     );
     assert!(
         c.run(RUN).await.is_none(),
         "RunJob gone once its finalizer is removed"
     );
     assert!(c.job(RUN).await.is_none());
+}
+
+/// Rule 1 while the garbage collector deletes the Job's pods (a Foreground deletion): the run keeps
+/// its finalizer, unfinished, so a deleted tenant's Deprovision run waits for the pod; the DELETE is
+/// not sent again; once the Job is gone, the finalizer goes.
+#[tokio::test]
+async fn a_deleted_run_stays_until_its_job_and_pods_are_gone() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_running(RUN).await;
+    c.settle().await;
+    c.hold_job_deletion_for_its_pods(RUN).await;
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    let job_deletes = |c: &Cluster| {
+        c.log
+            .writes()
+            .into_iter()
+            .filter(|w| w.method == Method::DELETE && w.resource() == "jobs")
+            .count()
+    };
+
+    c.reconcile_run(RUN).await;
+    let job = c.job(RUN).await.expect("the Job waits for its pods");
+    assert!(job.metadata.deletion_timestamp.is_some());
+    let run = c.run(RUN).await.expect("the run waits for its Job");
+    assert!(run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER));
+    assert!(!run.is_finished());
+    assert_eq!(job_deletes(&c), 1);
+    c.reconcile_run(RUN).await;
+    assert_eq!(
+        job_deletes(&c),
+        1,
+        "a Job already being deleted is not asked again"
+    );
+    assert!(c.run(RUN).await.is_some());
+
+    c.job_pods_gone(RUN).await;
+    assert!(c.job(RUN).await.is_none());
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none(), "gone with its Job");
 }
 
 #[tokio::test]
@@ -734,6 +789,22 @@ async fn deleting_a_run_whose_job_is_already_gone_removes_the_finalizer() {
     c.settle().await;
     c.jobs().delete(RUN, &Default::default()).await.unwrap();
     c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none());
+}
+
+/// Rule 1 when the Job goes between its read and its DELETE (the garbage collector was quicker): the
+/// apiserver answers 404, nothing is left to delete, and the finalizer goes.
+#[tokio::test]
+async fn a_job_gone_before_its_delete_arrives_lets_the_finalizer_go() {
+    let c = deleted_run_with_its_job().await;
+    c.intercept.answer_status(
+        Method::DELETE,
+        JOB_PATH,
+        404,
+        "NotFound",
+        "jobs.batch \"acme-provision-1\" not found",
+    );
     c.reconcile_run(RUN).await;
     assert!(c.run(RUN).await.is_none());
 }

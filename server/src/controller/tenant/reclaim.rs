@@ -3,8 +3,9 @@
 //! Every live Tenant carries [`TENANT_FINALIZER`]. When one is deleted:
 //! - a tenant no run ever touched ClickHouse for (never provisioned, no Provision run live or
 //!   recorded) is released at once;
-//! - otherwise its runs in flight finish first (a Provision still running could create the user after
-//!   a Deprovision dropped it), then a `Deprovision` run carries out `spec.reclaimPolicy` — one at a
+//! - otherwise its runs finish first — or, deleted before they finished, are gone: a run being deleted
+//!   keeps its finalizer until its Job and the Job's pods are gone, and a Provision pod still running
+//!   could create the user after a Deprovision dropped it — then a `Deprovision` run carries out `spec.reclaimPolicy` — one at a
 //!   time, a failed one retried like every reconciler-made run (15 s doubling to 5 minutes, jittered,
 //!   with no limit on attempts), the reason and the next attempt's time on the `Reclaimed` condition —
 //!   and the finalizer goes only once one succeeded.
@@ -27,7 +28,8 @@ use crate::crd::{RunAction, RunJob, TENANT_FINALIZER, Tenant};
 pub enum Reclaim {
     /// Nothing (left) to do in ClickHouse: remove the finalizer.
     Release,
-    /// A run of another action is in flight; the Deprovision run starts after it.
+    /// A run of another action has not finished (it may be stopping: deleted, its pod not gone yet);
+    /// the Deprovision run starts after it.
     WaitForRun(String),
     /// The Deprovision run in flight.
     InFlight(String),
@@ -55,15 +57,16 @@ pub fn reclaim_step(tenant: &Tenant, runs: &[Arc<RunJob>], now: Timestamp) -> Re
     if !touched_clickhouse(tenant, runs) {
         return Reclaim::Release;
     }
-    let in_flight = |deprovision: bool| {
+    // Not `is_in_flight`: a run deleted before it finished is still here while its pod may run.
+    let unfinished = |deprovision: bool| {
         runs.iter()
-            .find(|r| (r.spec.action == RunAction::Deprovision) == deprovision && r.is_in_flight())
+            .find(|r| (r.spec.action == RunAction::Deprovision) == deprovision && !r.is_finished())
             .map(|r| r.name_any())
     };
-    if let Some(run) = in_flight(false) {
+    if let Some(run) = unfinished(false) {
         return Reclaim::WaitForRun(run);
     }
-    if let Some(run) = in_flight(true) {
+    if let Some(run) = unfinished(true) {
         return Reclaim::InFlight(run);
     }
     match next_attempt(tenant, runs, RunAction::Deprovision, now) {
@@ -80,7 +83,7 @@ pub fn reclaim_condition(tenant: &Tenant, step: &Reclaim, last_failure: &str) ->
         Reclaim::WaitForRun(run) => (
             "WaitingForRun",
             format!(
-                "Run {run} is still in flight; the Deprovision run (reclaimPolicy {policy}) starts once it finished"
+                "Run {run} has not finished; the Deprovision run (reclaimPolicy {policy}) starts once it has, or once it and its pod are gone"
             ),
         ),
         Reclaim::InFlight(run) | Reclaim::Next(NextRun::Start(run)) => (
