@@ -1144,3 +1144,32 @@ fn with_on_secret_loss_rotate_a_deleted_secret_gets_a_rotate_run_retried_on_fail
         NextRun::Start("acme-rotate-2".into())
     );
 }
+
+/// Rules 6 and 7 with limits the provisioner last reported other than the spec's and no SetLimits run
+/// yet (the reconcile that would start it could not: its finalizer write conflicted): not enforced,
+/// and the synced generation stays where it was.
+#[test]
+fn limits_reported_other_than_the_specs_are_neither_enforced_nor_synced() {
+    let limits = |seconds| crate::crd::TenantLimits {
+        max_execution_seconds: Some(seconds),
+        ..Default::default()
+    };
+    let mut tenant = provisioned(false, false, vec![]);
+    tenant.spec.limits = Some(limits(60));
+    tenant.metadata.generation = Some(2);
+    let status = tenant.status.as_mut().unwrap();
+    status.applied_limits = Some(limits(30));
+    status.synced_generation = Some(1);
+    let now = "2026-12-01T12:00:00Z".parse().unwrap();
+    let desired = desired_status(&tenant, &[], &Observed::default(), now);
+    let enforced = desired
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "LimitsEnforced")
+        .expect("a provisioned tenant says where its limits stand");
+    assert_eq!(
+        (enforced.status.as_str(), enforced.reason.as_str()),
+        ("False", "Applying")
+    );
+    assert_eq!(desired.synced_generation, Some(1));
+}
