@@ -307,13 +307,19 @@ fn a_failed_provision_is_described_with_its_run_and_message() {
 }
 
 /// Owned by its tenant (garbage-collected with it), finalized by the RunJob controller from birth,
-/// and labelled so `kubectl get runjobs -l sentry.io/tenant=acme` finds a tenant's runs.
+/// and labelled so `kubectl get runjobs -l sentry.io/tenant=acme` finds a tenant's runs; in its
+/// tenant's namespace (the run a create answered AlreadyExists for stands in for the stored one).
 #[test]
 fn a_new_run_is_owned_finalized_and_labelled() {
     let run = new_run_job(
         &provisioned(true, false, vec![]),
         "acme-suspend-10",
         RunAction::Suspend,
+    );
+    assert_eq!(
+        run.metadata.namespace.as_deref(),
+        Some("tenants"),
+        "its tenant's namespace"
     );
     let owner = &run.metadata.owner_references.as_deref().unwrap()[0];
     assert_eq!(
