@@ -384,6 +384,10 @@ pub struct CheckArgs {
     /// The ClickHouse admin Secret `--pre` looks for (as given to install).
     #[arg(long, default_value = "clickhouse-admin")]
     pub clickhouse_admin_secret: String,
+    /// With `--pre`: also what `install --monitoring` needs (the Prometheus Operator's CRDs, the
+    /// permission to create its objects and the Grafana dashboard's ConfigMap).
+    #[arg(long, requires = "pre")]
+    pub monitoring: bool,
     /// Print the checks as JSON or YAML (`ok`, and each check's `ok`, `what`, `hint`); the exit code is the same.
     #[arg(long, short = 'o', value_enum)]
     pub output: Option<Format>,
@@ -408,7 +412,13 @@ pub async fn run_check(args: CheckArgs) -> anyhow::Result<bool> {
     ValueError::check_secret(&args.clickhouse_admin_secret)?;
     let client = crate::cluster::connect().await?;
     let lines = if args.pre {
-        check::preflight(&client, &args.namespace, &args.clickhouse_admin_secret).await
+        check::preflight(
+            &client,
+            &args.namespace,
+            &args.clickhouse_admin_secret,
+            args.monitoring,
+        )
+        .await
     } else {
         check::post_install(
             &client,

@@ -10,6 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+use super::monitoring::MONITORING_CRDS;
 use super::{DEPLOYMENT, SHARD_DEPLOYMENTS};
 use crate::leader::LEASE_NAME;
 
@@ -61,7 +62,12 @@ const UNREACHABLE_HINT: &str = "check the current kubeconfig context (kubectl co
 
 /// Before install: can we reach the cluster, is it new enough, may we create what install creates,
 /// and is the ClickHouse admin Secret `admin_secret` there for the provisioning Jobs?
-pub async fn preflight(client: &Client, namespace: &str, admin_secret: &str) -> Vec<CheckLine> {
+pub async fn preflight(
+    client: &Client,
+    namespace: &str,
+    admin_secret: &str,
+    monitoring: bool,
+) -> Vec<CheckLine> {
     let mut out = Vec::new();
     match client.apiserver_version().await {
         Ok(info) => {
@@ -107,7 +113,34 @@ pub async fn preflight(client: &Client, namespace: &str, admin_secret: &str) -> 
     for (verb, group, resource, ns) in reviews {
         out.push(access_line(client, verb, group, resource, ns).await);
     }
+    if monitoring {
+        out.extend(monitoring_lines(client, namespace).await);
+    }
     out.push(admin_secret_line(client, namespace, admin_secret).await);
+    out
+}
+
+/// What `install --monitoring` needs: per Prometheus Operator kind, the permission to create its
+/// objects where the cluster has its CRD — where it has none, install leaves them out, which is no
+/// failure — and the permission to create the Grafana dashboard's ConfigMap.
+async fn monitoring_lines(client: &Client, namespace: &str) -> Vec<CheckLine> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut out = Vec::new();
+    for (group, _, kind, crd) in MONITORING_CRDS {
+        let resource = crd.split_once('.').map_or(*crd, |(plural, _)| plural);
+        out.push(match crds.get_opt(crd).await {
+            Ok(Some(_)) => access_line(client, "create", group, resource, Some(namespace)).await,
+            Ok(None) => CheckLine::pass(format!(
+                "no {kind} CRD ({crd}, the Prometheus Operator's): install --monitoring leaves the {kind} out; \
+                 run it again once the CRD is installed"
+            )),
+            Err(e) => CheckLine::fail(
+                crate::cluster::describe(&format!("read the CRD {crd}"), &e),
+                "check your account",
+            ),
+        });
+    }
+    out.push(access_line(client, "create", "", "configmaps", Some(namespace)).await);
     out
 }
 

@@ -68,7 +68,7 @@ async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     let target = format!("{}-own", s.ns);
     let values = s.plane.install_values(&target);
     // Everything passes but the admin Secret: the namespace is not there yet.
-    let pre = preflight(&s.admin, &target, "clickhouse-admin").await;
+    let pre = preflight(&s.admin, &target, "clickhouse-admin", false).await;
     let failed = sentry_tenants_tests::failed_checks(&pre);
     assert_eq!(
         failed,
@@ -90,7 +90,7 @@ async fn install_into_an_empty_namespace_rolls_out_and_every_check_passes() {
     install(&s.admin, &values, &wait, &Progress::Quiet)
         .await
         .unwrap();
-    let pre = preflight(&s.admin, &target, "clickhouse-admin").await;
+    let pre = preflight(&s.admin, &target, "clickhouse-admin", false).await;
     assert!(all_passed(&pre), "{pre:#?}");
     let admin_secret = Api::<Secret>::namespaced(s.admin.clone(), &target)
         .get("clickhouse-admin")
@@ -404,7 +404,7 @@ async fn check_pre_passes_for_an_admin_and_names_what_a_plain_user_may_not_do() 
     let s = setup("preflight").await;
     s.create_admin_secret(("ch-admin", "ch-admin-password"))
         .await;
-    let pre = preflight(&s.admin, &s.ns, "clickhouse-admin").await;
+    let pre = preflight(&s.admin, &s.ns, "clickhouse-admin", false).await;
     assert!(all_passed(&pre), "{pre:#?}");
     assert!(pre[1].what.starts_with("Kubernetes v1.36"), "{pre:#?}");
 
@@ -424,7 +424,7 @@ async fn check_pre_passes_for_an_admin_and_names_what_a_plain_user_may_not_do() 
         .unwrap();
     let (client, _) = s.as_account("nobody").await;
     let other = fresh_namespace(&s.admin, "preflight-target").await;
-    let pre = preflight(&client, &other, "clickhouse-admin").await;
+    let pre = preflight(&client, &other, "clickhouse-admin", false).await;
     let crd = pre
         .iter()
         .find(|l| l.what.starts_with("may create customresourcedefinitions"))

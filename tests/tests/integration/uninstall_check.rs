@@ -208,7 +208,7 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
         )
         .await
         .unwrap();
-    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
+    let lines = preflight(&c.client, NS, "clickhouse-admin", false).await;
     let failed: Vec<String> = lines
         .iter()
         .filter(|l| !l.ok)
@@ -220,7 +220,7 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
             "✗ ClickHouse admin Secret {NS}/clickhouse-admin lacks the keys password\n    hint: add them: kubectl -n {NS} edit secret clickhouse-admin"
         )]
     );
-    let lines = preflight(&c.client, NS, "no-such-secret").await;
+    let lines = preflight(&c.client, NS, "no-such-secret", false).await;
     let missing = lines.iter().find(|l| !l.ok).unwrap();
     assert_eq!(
         missing.what,
@@ -242,7 +242,7 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
         )
         .await
         .unwrap();
-    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
+    let lines = preflight(&c.client, NS, "clickhouse-admin", false).await;
     assert!(all_passed(&lines), "{lines:#?}");
     assert_eq!(
         lines.len(),
@@ -256,7 +256,7 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
     );
 
     answer_version_and_reviews(&c, "31", "customresourcedefinitions");
-    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
+    let lines = preflight(&c.client, NS, "clickhouse-admin", false).await;
     assert!(!all_passed(&lines));
     let failed: Vec<String> = lines
         .iter()
@@ -274,11 +274,63 @@ async fn preflight_reports_each_check_and_fails_on_a_missing_permission_or_old_c
 
     answer_version_and_reviews(&c, "28", "");
     assert!(
-        preflight(&c.client, NS, "clickhouse-admin")
+        preflight(&c.client, NS, "clickhouse-admin", false)
             .await
             .iter()
             .any(|l| !l.ok && l.what.contains("older than 1.30"))
     );
+}
+
+/// `check --pre --monitoring`: a Prometheus Operator kind whose CRD the cluster lacks is named as left
+/// out (no failure: install skips it), one whose CRD it has needs the permission to create its
+/// objects, and the Grafana dashboard's ConfigMap always does; without `--monitoring`, none of it.
+#[tokio::test]
+async fn preflight_with_monitoring_checks_what_install_monitoring_applies() {
+    let c = Cluster::new().await;
+    answer_version_and_reviews(&c, "31", "prometheusrules");
+    let admin: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "clickhouse-admin", "namespace": NS},
+        "data": {"username": "c2VudHJ5X2FkbWlu", "password": "cw=="},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .create(&PostParams::default(), &admin)
+        .await
+        .unwrap();
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "prometheusrules.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": "PrometheusRule", "plural": "prometheusrules"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true}],
+        },
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(c.admin.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+
+    let lines = preflight(&c.client, NS, "clickhouse-admin", true).await;
+    let lines: Vec<String> = lines.iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 13, "{lines:#?}");
+    assert_eq!(
+        lines[9..12],
+        [
+            "✓ no ServiceMonitor CRD (servicemonitors.monitoring.coreos.com, the Prometheus Operator's): install \
+             --monitoring leaves the ServiceMonitor out; run it again once the CRD is installed"
+                .to_owned(),
+            format!(
+                "✗ may create prometheusrules in namespace {NS}: denied (RBAC: no rule)\n    hint: install needs a \
+                 cluster-admin-like account once (CRDs and RBAC); ask your cluster admin or use one"
+            ),
+            format!("✓ may create configmaps in namespace {NS}"),
+        ]
+    );
+    let without = preflight(&c.client, NS, "clickhouse-admin", false).await;
+    assert_eq!(without.len(), 10);
+    assert!(all_passed(&without), "{without:#?}");
 }
 
 #[tokio::test]
@@ -292,7 +344,7 @@ async fn preflight_on_an_unreachable_cluster_says_so_once() {
             )
         })
     });
-    let lines = preflight(&c.client, NS, "clickhouse-admin").await;
+    let lines = preflight(&c.client, NS, "clickhouse-admin", false).await;
     assert_eq!(lines.len(), 1);
     assert!(!lines[0].ok && lines[0].hint.as_deref().unwrap().contains("kubeconfig"));
 }
