@@ -1179,3 +1179,48 @@ fn limits_reported_other_than_the_specs_are_neither_enforced_nor_synced() {
     );
     assert_eq!(desired.synced_generation, Some(1));
 }
+
+/// The finished RunJob, not yet cleaned up, that `record` would become.
+fn live(record: &RunRecord) -> Arc<RunJob> {
+    let mut run = RunJob::new(
+        &record.name,
+        crate::crd::RunJobSpec::new("acme", record.action),
+    );
+    run.metadata.uid = Some(record.uid.clone());
+    run.status = Some(crate::crd::RunJobStatus {
+        phase: Some(record.phase),
+        completion_time: Some(record.finished_at.clone()),
+        ..Default::default()
+    });
+    Arc::new(run)
+}
+
+/// As `a_report_of_a_run_finished_in_the_same_second_as_the_newest_is_not_behind`, with the runs not
+/// cleaned up yet, beside an older run of another action: the reported run's time is read from its
+/// own RunJob.
+#[test]
+fn a_reported_run_s_time_is_read_from_its_own_live_run() {
+    let now: Timestamp = NOW.parse().unwrap();
+    let at = "2026-12-01T11:59:00Z";
+    let runs: Vec<Arc<RunJob>> = [
+        record(
+            "acme-provision-1",
+            RunPhase::Succeeded,
+            "2026-12-01T11:00:00Z",
+        ),
+        record("acme-deliver-1", RunPhase::Succeeded, at),
+        record("acme-rotate-1", RunPhase::Succeeded, at),
+    ]
+    .iter()
+    .map(live)
+    .collect();
+    for written_by in ["uid-acme-deliver-1", "uid-acme-rotate-1"] {
+        let mut tenant = with_copies(vec![], vec![]);
+        credentials_report(&mut tenant).written_by = Some(written_by.into());
+        assert_eq!(
+            delivery_needed(&tenant, &runs, &consents(true).consents, now),
+            NextRun::Start("acme-deliver-2".into()),
+            "{written_by}"
+        );
+    }
+}
