@@ -157,11 +157,9 @@ async fn the_deprovision_run_starts_only_once_a_deleted_runs_pod_is_gone() {
     wait_gone(&tenants, "initech").await;
     let deprovision = deprovision_runs(&s, "initech").await;
     assert_eq!(deprovision.len(), 1, "{deprovision:#?}");
-    assert!(!ch.has_user(&s.ch_user("initech")), "user dropped");
-    assert!(
-        !ch.has_database(&s.ch_database("initech")),
-        "database dropped"
-    );
+    // What ClickHouse is left with is not asked here: the stand-in sleeps out its delay before it
+    // carries out a statement, so one the Provision pod sent before it was stopped may land late,
+    // where ClickHouse takes milliseconds. `delete_drops_user_and_database_…` checks the outcome.
 
     let events = s.plane.audit_events_after(from, |e| {
         e["objectRef"]["namespace"] == s.ns.as_str()
