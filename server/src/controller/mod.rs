@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -189,14 +190,43 @@ impl Context {
         reason: &str,
         note: String,
     ) {
+        self.publish(obj.object_ref(&()), None, type_, reason, note)
+            .await;
+    }
+
+    /// An event on `tenant` about its run `run`, which it names as related. kube's Recorder folds the
+    /// events of one key (regarding, related, reason, action) into a series that keeps the first
+    /// event's note: without the run, "Created Provision run acme-provision-2" would show as the first
+    /// run's note counted twice.
+    pub async fn run_event(
+        &self,
+        tenant: &Tenant,
+        run: &RunJob,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let regarding = tenant.object_ref(&());
+        self.publish(regarding, Some(run.object_ref(&())), type_, reason, note)
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        regarding: ObjectReference,
+        related: Option<ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.into(),
             note: Some(note),
             action: reason.into(),
-            secondary: None,
+            secondary: related,
         };
-        if let Err(error) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+        if let Err(error) = self.recorder.publish(&event, &regarding).await {
             tracing::warn!(%error, reason, "could not publish event");
         }
     }

@@ -581,7 +581,7 @@ async fn announce_transition(
     );
     ctx.event(run, type_, reason, note.clone()).await;
     if let Some(tenant) = tenant {
-        ctx.event(tenant, type_, reason, note).await;
+        ctx.run_event(tenant, run, type_, reason, note).await;
     }
 }
 
@@ -610,7 +610,7 @@ async fn cleanup_when_due(run: &RunJob, tenant: Option<&Tenant>, ctx: &Context) 
                     "Cleaned up finished {} run {name}",
                     run.spec.action.as_str()
                 );
-                ctx.event(tenant, EventType::Normal, "RunCleanedUp", note)
+                ctx.run_event(tenant, run, EventType::Normal, "RunCleanedUp", note)
                     .await;
             }
         }

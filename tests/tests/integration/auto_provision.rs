@@ -279,3 +279,48 @@ async fn a_suspended_automatic_tenant_gets_its_provision_run_too() {
     assert_eq!(provision_runs(&c).await, ["acme-provision-20"]);
     assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Suspended));
 }
+
+/// The tenant's "RunCreated" events, one per run, each naming its run as related: kube's Recorder
+/// folds the events of one key into a series that keeps the first note, so without the run the
+/// retry's event would repeat the first run's name.
+#[tokio::test]
+async fn each_run_made_for_a_tenant_has_an_event_of_its_own() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", ProvisioningPolicy::Automatic)
+        .await;
+    c.settle().await;
+    c.job_failed("acme-provision-10", "BackoffLimitExceeded", "refused")
+        .await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(30));
+    c.settle().await;
+    assert_eq!(
+        provision_runs(&c).await,
+        ["acme-provision-10", "acme-provision-11"]
+    );
+    let created: Vec<(String, String)> = c
+        .log
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "RunCreated" && e["regarding"]["kind"] == "Tenant")
+        .map(|e| {
+            (
+                e["note"].as_str().unwrap_or_default().to_owned(),
+                e["related"]["name"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        created,
+        [
+            (
+                "Created Provision run acme-provision-10".to_owned(),
+                "acme-provision-10".to_owned()
+            ),
+            (
+                "Created Provision run acme-provision-11".to_owned(),
+                "acme-provision-11".to_owned()
+            ),
+        ]
+    );
+}

@@ -194,7 +194,7 @@ async fn create_run(
     match ctx.runjobs().create(&PostParams::default(), &run).await {
         Ok(created) => {
             let note = format!("Created {} run {name}", action.as_str());
-            ctx.event(tenant, EventType::Normal, "RunCreated", note)
+            ctx.run_event(tenant, &created, EventType::Normal, "RunCreated", note)
                 .await;
             Ok(Some(Arc::new(created)))
         }
