@@ -118,8 +118,8 @@ async fn a_provisioned_tenant_goes_only_after_its_deprovision_run_succeeded() {
     assert!(c.run("acme-deprovision-10").await.is_none());
 }
 
-#[tokio::test]
-async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
+/// A Manual tenant "acme" whose Provision run acme-provision-1 has its pod running.
+async fn with_a_running_provision_run() -> Cluster {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
     c.create_run("acme", RunAction::Provision, "acme-provision-1")
@@ -127,6 +127,12 @@ async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
     c.settle().await;
     c.job_running("acme-provision-1").await;
     c.settle().await;
+    c
+}
+
+#[tokio::test]
+async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
+    let c = with_a_running_provision_run().await;
     delete_tenant(&c, "acme").await;
     c.settle().await;
     let t = c.tenant("acme").await;
@@ -157,13 +163,7 @@ async fn a_run_in_flight_finishes_before_the_deprovision_run_starts() {
 /// Deprovision run waits until the run is gone, which it is only once its Job's pods are.
 #[tokio::test]
 async fn a_run_deleted_before_it_finished_holds_the_deprovision_run_until_its_pod_is_gone() {
-    let c = Cluster::new().await;
-    c.create_tenant("acme").await;
-    c.create_run("acme", RunAction::Provision, "acme-provision-1")
-        .await;
-    c.settle().await;
-    c.job_running("acme-provision-1").await;
-    c.settle().await;
+    let c = with_a_running_provision_run().await;
     c.hold_job_deletion_for_its_pods("acme-provision-1").await;
     c.runjobs()
         .delete("acme-provision-1", &DeleteParams::default())
