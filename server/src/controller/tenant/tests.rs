@@ -1224,3 +1224,39 @@ fn a_reported_run_s_time_is_read_from_its_own_live_run() {
         );
     }
 }
+
+/// As `a_failed_deliver_run_is_retried_after_its_backoff_and_never_beside_another_writer`, with the
+/// runs not cleaned up yet, beside a finished run of another action: the failures are counted from
+/// the live Deliver runs.
+#[test]
+fn a_failed_live_deliver_run_is_retried_after_its_backoff() {
+    let failed_at: Timestamp = "2026-12-01T11:59:58Z".parse().unwrap();
+    let runs: Vec<Arc<RunJob>> = [
+        record(
+            "acme-provision-1",
+            RunPhase::Succeeded,
+            "2026-12-01T10:00:00Z",
+        ),
+        record(
+            "acme-deliver-1",
+            RunPhase::Succeeded,
+            "2026-12-01T11:00:00Z",
+        ),
+        record("acme-deliver-2", RunPhase::Failed, "2026-12-01T11:59:58Z"),
+    ]
+    .iter()
+    .map(live)
+    .collect();
+    let mut tenant = with_copies(vec![reported(CopyState::Failed, None)], vec![]);
+    credentials_report(&mut tenant).written_by = Some("uid-acme-deliver-2".into());
+    let at = failed_at + retry_delay(&tenant, RunAction::Deliver, 1);
+    assert_eq!(
+        delivery_needed(
+            &tenant,
+            &runs,
+            &consents(true).consents,
+            NOW.parse().unwrap()
+        ),
+        NextRun::RetryAt { attempt: 2, at }
+    );
+}
