@@ -118,6 +118,32 @@ async fn a_provisioned_tenant_goes_only_after_its_deprovision_run_succeeded() {
     assert!(c.run("acme-deprovision-10").await.is_none());
 }
 
+/// The finalizer's write answered 409 (this copy of the tenant is out of date; a newer one is on its
+/// way): no run is made yet — a deletion meanwhile would leave the run's work in ClickHouse behind —
+/// and the reconcile succeeds; any other refusal fails it, to be retried; once written, the run comes.
+#[tokio::test]
+async fn no_run_is_made_before_the_finalizer_is_on() {
+    let c = Cluster::new().await;
+    c.create_tenant_with("acme", sentry_tenants::crd::ProvisioningPolicy::Automatic)
+        .await;
+    c.intercept.answer_status(
+        http::Method::PATCH,
+        "/tenants/acme",
+        409,
+        "Conflict",
+        "Operation cannot be fulfilled on tenants.sentry.io \"acme\": the object has been modified",
+    );
+    c.reconcile_tenant("acme").await;
+    assert!(c.runs_of(RunAction::Provision).await.is_empty());
+    c.intercept.refuse(http::Method::PATCH, "/tenants/acme");
+    assert!(c.try_reconcile_tenant("acme").await.is_err());
+    assert!(c.runs_of(RunAction::Provision).await.is_empty());
+    c.intercept.clear();
+    c.reconcile_tenant("acme").await;
+    assert_eq!(c.tenant("acme").await.finalizers(), [TENANT_FINALIZER]);
+    assert_eq!(c.runs_of(RunAction::Provision).await.len(), 1);
+}
+
 /// A Manual tenant "acme" whose Provision run acme-provision-1 has its pod running.
 async fn with_a_running_provision_run() -> Cluster {
     let c = Cluster::new().await;
