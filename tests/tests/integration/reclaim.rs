@@ -11,7 +11,7 @@ use sentry_tenants::crd::{ReclaimPolicy, RunAction, TENANT_FINALIZER, Tenant, Te
 use sentry_tenants::names::TenantName;
 use sentry_tenants::provision::{PASSWORD_KEY, ProvisionError, Provisioner, RETAINED_FOR};
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
-use sentry_tenants_tests::{Cluster, NS};
+use sentry_tenants_tests::{Cluster, NS, requeue_secs};
 use serde_json::json;
 
 const MODERN: &str = "24.8.4.13";
@@ -254,6 +254,14 @@ async fn a_failing_deprovision_is_retried_without_end_and_the_escape_hatch_is_na
             "{message}"
         );
         assert_eq!(c.log.creates_of("runjobs") as u64, attempt - 1, "waits");
+        // ... and asks to be woken when the attempt is due: 15 s doubling, the upper half jittered.
+        let step = f64::from(15 * (1 << (attempt - 2)));
+        let wake = requeue_secs(&c.reconcile_tenant("acme").await).expect("a wake-up");
+        assert!(
+            (step / 2.0..=step).contains(&wake),
+            "attempt {attempt}: {wake} s is outside [{}, {step}]",
+            step / 2.0
+        );
         c.clock.advance(SignedDuration::from_secs(301));
         c.settle().await;
         assert_eq!(c.log.creates_of("runjobs") as u64, attempt);
