@@ -139,23 +139,29 @@ pub async fn reconcile(run: Arc<RunJob>, ctx: Arc<Context>) -> Result<Action> {
 /// How often a queued run looks for a free slot by itself.
 const QUEUED_POLL: Duration = Duration::from_secs(30);
 
-/// Rule 1: stop the Job, and drop the finalizer once it is gone. The Job is deleted in the Foreground
-/// (the batch/v1 default, Orphan, would leave its pods running): it stays, marked deleted, until the
-/// garbage collector has deleted its pods. Until then the run stays too, unfinished — its pod may still
-/// be changing ClickHouse, and a deleted tenant's Deprovision run waits for it (see `reclaim`).
+/// Rule 1: stop the Job, keep the run's outcome, and drop the finalizer once the Job is gone. The Job is
+/// deleted in the Foreground (the batch/v1 default, Orphan, would leave its pods running): it stays,
+/// marked deleted, until the garbage collector has deleted its pods. Until then the run stays too,
+/// unfinished — its pod may still be changing ClickHouse, and a deleted tenant's Deprovision run waits
+/// for it (see `reclaim`).
 async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
     if !run.finalizers().iter().any(|f| f == RUNJOB_FINALIZER) {
         return Ok(Action::await_change());
     }
-    let job_uid = owned_job_uid(run, ctx).await?;
-    if let Some(job_uid) = job_uid.as_deref()
-        && job_stopping(run, job_uid, ctx).await?
-    {
-        // The Job's deletion wakes this run: it owns the Job.
-        return Ok(Action::await_change());
-    }
-    if job_uid.is_some() && !run.is_finished() {
-        record_stopped(run, ctx).await?;
+    let name = name_of(run)?;
+    let job = lookup_job(&name, ctx).await?;
+    if let Some(job_uid) = owned_job_uid(run, job.as_deref()) {
+        let ours = job.filter(|j| j.uid().as_deref() == Some(job_uid.as_str()));
+        if let Some(job) = ours.as_deref().filter(|j| !is_deleted(j))
+            && !run.is_finished()
+        {
+            keep_outcome_of_job(run, job, ctx).await?;
+        }
+        if job_stopping(&name, &job_uid, ours.as_deref(), ctx).await? {
+            // The Job's deletion wakes this run: it owns the Job.
+            return Ok(Action::await_change());
+        }
+        keep_outcome(run, outcome(run, ctx.clock.now()), ctx).await?;
     }
     let remaining = super::without(run.finalizers(), RUNJOB_FINALIZER);
     replace_finalizers(&ctx.runjobs(), run, remaining).await?;
@@ -167,18 +173,14 @@ async fn finalize(run: &RunJob, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Deletes the Job `job_uid` this run created and says whether it is still there: being deleted, its
-/// pods not gone yet. A Job the cache no longer shows is asked of the API, not deleted again; the uid
-/// precondition makes sure the DELETE reaches the Job this run created, never a same-named other (409:
-/// that one is not ours, and ours is gone).
-async fn job_stopping(run: &RunJob, job_uid: &str, ctx: &Context) -> Result<bool> {
-    let name = name_of(run)?;
-    let ours = lookup_job(&name, ctx)
-        .await?
-        .filter(|job| job.uid().as_deref() == Some(job_uid));
-    match ours {
+/// Deletes `job` — the Job `job_uid` this run created, as the cache or the API has it — and says
+/// whether it is still there: being deleted, its pods not gone yet. The uid precondition makes sure the
+/// DELETE reaches the Job this run created, never a same-named other (409: that one is not ours, and
+/// ours is gone).
+async fn job_stopping(name: &str, job_uid: &str, job: Option<&Job>, ctx: &Context) -> Result<bool> {
+    match job {
         None => return Ok(false),
-        Some(job) if is_deleted(&job) => return Ok(true),
+        Some(job) if is_deleted(job) => return Ok(true),
         Some(_) => {}
     }
     let params = DeleteParams {
@@ -188,7 +190,7 @@ async fn job_stopping(run: &RunJob, job_uid: &str, ctx: &Context) -> Result<bool
         }),
         ..DeleteParams::foreground()
     };
-    match ctx.jobs().delete(&name, &params).await {
+    match ctx.jobs().delete(name, &params).await {
         // The apiserver answers with the object while it waits for the garbage collector, with a
         // Status once the object is gone.
         Ok(answer) => Ok(answer.left().is_some_and(|job| is_deleted(&job))),
@@ -197,17 +199,50 @@ async fn job_stopping(run: &RunJob, job_uid: &str, ctx: &Context) -> Result<bool
     }
 }
 
-/// A run whose Job was stopped before it finished is kept in its tenant's history as failed: its pod
-/// may have changed ClickHouse first, so the tenant must not forget it — a deleted tenant's Deprovision
-/// run comes for a Provision run stopped midway as for one that failed (see `reclaim`).
-async fn record_stopped(run: &RunJob, ctx: &Context) -> Result<()> {
-    let tenant = ctx.find_tenant(&run.spec.tenant).await?;
-    let Some(tenant) = tenant.filter(|t| run.is_for(t)) else {
+/// What a deleted run that made a Job leaves in its tenant's history: its outcome once it finished;
+/// before that, failed — its pod was stopped, and may have changed ClickHouse first, so the tenant
+/// must not forget it (a deleted tenant's Deprovision run comes for a Provision run stopped midway as
+/// for one that failed, see `reclaim`).
+fn outcome(run: &RunJob, now: Timestamp) -> RunJobStatus {
+    match run.status.as_ref() {
+        Some(status) if run.is_finished() => status.clone(),
+        _ => failed(run, STOPPED, now),
+    }
+}
+
+/// A Job that finished before its run said so (the run was deleted before its reconcile copied the
+/// Job's status) gives the run its outcome, kept before the Job is deleted: afterwards only "stopped"
+/// could be told.
+async fn keep_outcome_of_job(run: &RunJob, job: &Job, ctx: &Context) -> Result<()> {
+    let from_job = status_from_job(run, job, ctx.clock.now());
+    if !from_job.phase.is_some_and(RunPhase::is_finished) {
+        return Ok(());
+    }
+    let from_job = with_pod_outcome(run, from_job, ctx).await;
+    keep_outcome(run, from_job, ctx).await
+}
+
+/// Keeps `outcome` as the run's record in its tenant's history, unless the tenant has one already
+/// (rule 6 writes it before deleting a run; a run deleted otherwise — by hand, or by the garbage
+/// collector with its tenant — would lose it). The cache may not show a record just written: a tenant
+/// without it is read again from the API before anything is written.
+async fn keep_outcome(run: &RunJob, outcome: RunJobStatus, ctx: &Context) -> Result<()> {
+    let uid = run.uid().unwrap_or_default();
+    let recorded = |t: &Tenant| t.history().iter().any(|h| h.uid == uid);
+    let cached = ctx.find_tenant(&run.spec.tenant).await?;
+    let Some(cached) = cached.filter(|t| run.is_for(t)) else {
         return Ok(());
     };
-    let mut stopped = run.clone();
-    stopped.status = Some(failed(run, STOPPED, ctx.clock.now()));
-    record_in_history(&tenant, &stopped, ctx).await
+    if recorded(&cached) {
+        return Ok(());
+    }
+    let current = ctx.tenants().get_opt(&name_of(cached.as_ref())?).await?;
+    let Some(tenant) = current.filter(|t| run.is_for(t) && !recorded(t)) else {
+        return Ok(());
+    };
+    let mut kept = run.clone();
+    kept.status = Some(outcome);
+    record_in_history(&tenant, &kept, ctx).await
 }
 
 /// Why a run deleted before it finished failed.
@@ -217,16 +252,15 @@ fn is_deleted(job: &Job) -> bool {
     job.metadata.deletion_timestamp.is_some()
 }
 
-/// The uid of the Job this run controls, if one exists: from the status, else from the cache or the API.
-async fn owned_job_uid(run: &RunJob, ctx: &Context) -> Result<Option<String>> {
+/// The uid of the Job this run controls, if one exists: from the status, else the Job the cache or the
+/// API has under the run's name, if the run controls it.
+fn owned_job_uid(run: &RunJob, job: Option<&Job>) -> Option<String> {
     if let Some(job_ref) = run.status.as_ref().and_then(|s| s.job_ref.as_ref()) {
-        return Ok(Some(job_ref.uid.clone()));
+        return Some(job_ref.uid.clone());
     }
     let run_uid = run.uid().unwrap_or_default();
-    let job = lookup_job(&name_of(run)?, ctx).await?;
-    Ok(job
-        .filter(|j| is_controlled_by(j.as_ref(), &run_uid))
-        .and_then(|j| j.uid()))
+    job.filter(|j| is_controlled_by(*j, &run_uid))
+        .and_then(|j| j.uid())
 }
 
 /// Rule 2, for RunJobs made by hand: one patch adds what is missing, none when nothing is.

@@ -231,6 +231,36 @@ async fn a_run_deleted_before_it_finished_holds_the_deprovision_run_until_its_po
     assert_eq!(c.runs_of(RunAction::Deprovision).await.len(), 1);
 }
 
+/// A finished run deleted before rule 6 cleaned it up (here by the garbage collector's cascade, as a
+/// Foreground deletion of the tenant does) leaves its outcome in the tenant's history: a Provision run
+/// that failed may have created the user, so the Deprovision run comes for it. Before, the run went
+/// without a record and the tenant — never provisioned, no run left — was released at once.
+#[tokio::test]
+async fn a_failed_provision_run_deleted_with_its_tenant_still_brings_the_deprovision_run() {
+    let c = with_a_running_provision_run().await;
+    c.job_failed("acme-provision-1", "BackoffLimitExceeded", "grants refused")
+        .await;
+    c.settle().await;
+    assert!(
+        c.tenant("acme").await.history().is_empty(),
+        "not cleaned up yet"
+    );
+    delete_tenant(&c, "acme").await;
+    c.runjobs()
+        .delete("acme-provision-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    c.settle().await;
+    assert!(c.run("acme-provision-1").await.is_none());
+    let t = c.tenant("acme").await;
+    let recorded = &t.history()[0];
+    assert_eq!(
+        (recorded.name.as_str(), recorded.phase),
+        ("acme-provision-1", sentry_tenants::crd::RunPhase::Failed)
+    );
+    assert_eq!(c.runs_of(RunAction::Deprovision).await.len(), 1);
+}
+
 /// A failing Deprovision run is retried with a growing delay for as long as it fails (six attempts
 /// here, more than the four there used to be), its condition naming the next attempt and the escape
 /// hatch; removing the finalizer by hand still lets the tenant go.

@@ -215,6 +215,61 @@ async fn a_deleted_run_stays_until_its_job_and_pods_are_gone() {
     assert!(c.run(RUN).await.is_none(), "gone with its Job");
 }
 
+/// Rule 1 for a run deleted after its Job finished but before its reconcile copied the Job's status:
+/// its record is the Job's outcome, not "stopped" (the Job is gone by the time its finalizer goes).
+#[tokio::test]
+async fn a_run_deleted_just_after_its_job_finished_keeps_the_jobs_outcome() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_succeeded(RUN).await;
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    assert!(
+        !c.run(RUN).await.unwrap().is_finished(),
+        "the status not copied yet"
+    );
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none());
+    let history = c.tenant("acme").await.history().to_vec();
+    assert_eq!(
+        history
+            .iter()
+            .map(|h| (h.name.as_str(), h.phase))
+            .collect::<Vec<_>>(),
+        [(RUN, RunPhase::Succeeded)]
+    );
+}
+
+/// Rule 1 for a finished run deleted before rule 6 cleaned it up (by hand, or with its tenant): its
+/// outcome stays in the tenant's history, as rule 6 would have kept it.
+#[tokio::test]
+async fn a_finished_run_deleted_before_its_cleanup_keeps_its_outcome() {
+    let c = cluster_with_run().await;
+    c.settle().await;
+    c.job_failed(RUN, "BackoffLimitExceeded", "grants refused")
+        .await;
+    c.settle().await;
+    let run = c.run(RUN).await.unwrap();
+    assert_eq!(run.phase(), Some(RunPhase::Failed));
+    assert!(c.tenant("acme").await.history().is_empty());
+    c.runjobs().delete(RUN, &Default::default()).await.unwrap();
+    c.reconcile_run(RUN).await;
+    assert!(c.run(RUN).await.is_none());
+    let history = c.tenant("acme").await.history().to_vec();
+    assert_eq!(history.len(), 1);
+    assert_eq!(
+        (
+            history[0].name.as_str(),
+            history[0].phase,
+            history[0].message.as_str()
+        ),
+        (
+            RUN,
+            RunPhase::Failed,
+            run.status.unwrap().message.unwrap().as_str()
+        )
+    );
+}
+
 #[tokio::test]
 async fn deleting_run_that_never_made_a_job_creates_none() {
     let c = cluster_with_run().await;
@@ -566,6 +621,17 @@ async fn finished_run_is_cleaned_up_at_ttl_requeued_for_that_moment_and_outcome_
     c.settle().await;
     assert!(c.run(RUN).await.is_none(), "RunJob gone");
     assert!(c.job(RUN).await.is_none(), "Job gone with it");
+    let history_writes = c
+        .log
+        .writes()
+        .into_iter()
+        .filter(|w| w.path.ends_with("/tenants/acme/status"))
+        .filter(|w| w.body.to_string().contains("/status/history"))
+        .count();
+    assert_eq!(
+        history_writes, 1,
+        "the record rule 6 kept is not written again when the deleted run's finalizer goes"
+    );
 
     let tenant = c.tenant("acme").await;
     let record = &tenant.history()[0];
