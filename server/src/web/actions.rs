@@ -383,7 +383,6 @@ async fn create(
         },
         spec: TenantSpec {
             display_name: (!display.is_empty()).then(|| display.to_owned()),
-            suspended: false,
             provisioning,
             reclaim_policy,
             limits: (!limits.is_empty()).then_some(limits),
