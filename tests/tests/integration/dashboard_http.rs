@@ -51,6 +51,12 @@ async fn act(c: &Cluster, path: &str, body: &str, json: bool) -> Reply {
     .await
 }
 
+/// Where the page goes after an action answered with JSON (the script follows it).
+fn redirect_of(reply: &Reply) -> String {
+    let body: serde_json::Value = serde_json::from_str(&reply.body).expect("a JSON answer");
+    body["redirect"].as_str().unwrap_or_default().to_owned()
+}
+
 async fn get(router: axum::Router, path: &str) -> Reply {
     send(
         router,
@@ -1377,6 +1383,11 @@ fn delete_names_the_reclaim_policy_and_needs_the_tenants_name_typed() {
             "{}",
             done.body
         );
+        assert_eq!(
+            redirect_of(&done),
+            "/tenants",
+            "the page goes to the list: the tenant's own page is about to be gone"
+        );
         c.settle().await;
         let globex = c.tenant("globex").await;
         assert_eq!(globex.phase(), Some(TenantPhase::Terminating));
@@ -1477,6 +1488,11 @@ fn limits_are_set_at_create_and_changed_on_the_tenant_page_and_bad_ones_write_no
             ),
             "{}",
             changed.body
+        );
+        assert_eq!(
+            redirect_of(&changed),
+            "/tenants/acme",
+            "back to the tenant's page, out of the form"
         );
         let limits = c.tenant("acme").await.spec.limits.unwrap();
         assert_eq!(limits.max_memory_per_query, None);
