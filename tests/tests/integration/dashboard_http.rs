@@ -7,7 +7,7 @@ use http_body_util::BodyExt;
 use kube::api::{Patch, PatchParams};
 use sentry_tenants::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, TenantPhase};
 use sentry_tenants_tests::dashboard::{dashboard_router, session_of, with_session};
-use sentry_tenants_tests::{Cluster, block_on};
+use sentry_tenants_tests::{Cluster, NS, block_on};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -774,6 +774,22 @@ fn every_action_is_recorded_on_its_tenant_and_marks_what_it_creates() {
             ],
             "no Event for a tenant that does not exist"
         );
+        for e in c
+            .log
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "DashboardAction")
+        {
+            assert_eq!(
+                (
+                    &e["regarding"]["apiVersion"],
+                    &e["regarding"]["kind"],
+                    &e["regarding"]["namespace"]
+                ),
+                (&json!("sentry.io/v1alpha1"), &json!("Tenant"), &json!(NS)),
+                "the whole reference, so `kubectl describe tenant` and `kubectl events --for` find it"
+            );
+        }
         let made_by = |annotations: Option<std::collections::BTreeMap<String, String>>| {
             annotations
                 .unwrap_or_default()
