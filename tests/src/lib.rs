@@ -571,8 +571,10 @@ pub fn recording_client(
     intercept: InterceptSlot,
     lost_reply: InterceptSlot,
     namespaces: Namespaces,
+    clock: Clock,
 ) -> Client {
     let service = tower::service_fn(move |req: Request<Body>| {
+        let clock = clock.clone();
         let inner = inner.clone();
         let log = log.clone();
         let deleting = deleting.clone();
@@ -602,7 +604,12 @@ pub fn recording_client(
                 // metadata goes there, and the generation stays, as on a real apiserver.
                 parts.uri = format!("{path}/status?{query}").parse().expect("a URI");
             }
-            let request = Request::from_parts(parts, Body::from(bytes.to_vec()));
+            let forwarded = if method == Method::POST {
+                stamped_with_creation_time(&json_body, clock.now()).unwrap_or(bytes.to_vec())
+            } else {
+                bytes.to_vec()
+            };
+            let request = Request::from_parts(parts, Body::from(forwarded));
             let answer = intercept
                 .answer(&method, &path, &query, &json_body)
                 .or_else(|| namespaces.answer(&method, &path, &json_body));
@@ -647,6 +654,20 @@ pub fn recording_client(
         }
     });
     Client::new(service, NS)
+}
+
+/// A created object stamped with the cluster's clock, in whole seconds, as the apiserver stamps it with
+/// its own: the in-memory API would take this machine's, so objects made in one burst (listed in no
+/// particular order) could fall on either side of a second and be ordered by age differently from run
+/// to run. `None` when the body is not an object with metadata.
+fn stamped_with_creation_time(body: &Value, now: Timestamp) -> Option<Vec<u8>> {
+    let mut body = body.clone();
+    let metadata = body.as_object_mut()?.get_mut("metadata")?;
+    let second = Timestamp::from_second(now.as_second()).ok()?;
+    metadata
+        .as_object_mut()?
+        .insert("creationTimestamp".into(), json!(second.to_string()));
+    serde_json::to_vec(&body).ok()
 }
 
 /// A patch of one of our custom resources (not its status) that changes nothing but metadata: a
@@ -798,8 +819,9 @@ struct Writers {
 }
 
 impl Cluster {
-    /// A cluster whose manual clock starts at the wall-clock time, whole seconds, as the in-memory API's
-    /// own timestamps (creation times) do: no test depends on today's date relative to a fixed instant.
+    /// A cluster whose manual clock starts at the wall-clock time, whole seconds: no test depends on
+    /// today's date relative to a fixed instant. Objects created are stamped by this clock (see
+    /// [`recording_client`]).
     pub async fn new() -> Self {
         let now = Timestamp::from_second(Timestamp::now().as_second()).expect("in range");
         Self::starting_at(now).await
@@ -849,6 +871,7 @@ impl Cluster {
         let intercept = InterceptSlot::default();
         let lost_reply = InterceptSlot::default();
         let namespaces = Namespaces::default();
+        let clock = Clock::manual(start);
         let client = recording_client(
             fake.clone(),
             log.clone(),
@@ -856,6 +879,7 @@ impl Cluster {
             intercept.clone(),
             lost_reply.clone(),
             namespaces.clone(),
+            clock.clone(),
         );
         let admin = recording_client(
             fake,
@@ -864,10 +888,10 @@ impl Cluster {
             InterceptSlot::default(),
             InterceptSlot::default(),
             namespaces.clone(),
+            clock.clone(),
         );
         let (stores, writers) = Stores::shared();
         let (leader_tx, leader_rx) = watch::channel(true);
-        let clock = Clock::manual(start);
         let ctx = Arc::new(Context::new(
             client.clone(),
             config,

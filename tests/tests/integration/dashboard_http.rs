@@ -51,6 +51,22 @@ async fn act(c: &Cluster, path: &str, body: &str, json: bool) -> Reply {
     .await
 }
 
+/// The field manager of the first create of `resource` (who `kubectl` says made it).
+fn create_field_manager(c: &Cluster, resource: &str) -> String {
+    let query = c
+        .log
+        .all()
+        .into_iter()
+        .find(|r| r.method == http::Method::POST && r.path.ends_with(&format!("/{resource}")))
+        .map(|r| r.query)
+        .unwrap_or_else(|| panic!("no create of {resource}"));
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("fieldManager="))
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Where the page goes after an action answered with JSON (the script follows it).
 fn redirect_of(reply: &Reply) -> String {
     let body: serde_json::Value = serde_json::from_str(&reply.body).expect("a JSON answer");
@@ -991,17 +1007,7 @@ fn create_takes_the_reclaim_policy_and_refuses_an_unknown_one() {
             c.tenant("acme").await.spec.reclaim_policy,
             ReclaimPolicy::Delete
         );
-        let create = c
-            .log
-            .all()
-            .into_iter()
-            .find(|r| r.method == http::Method::POST && r.path.ends_with("/tenants"))
-            .expect("the tenant's create");
-        assert!(
-            create.query.contains("fieldManager=sentry-tenants"),
-            "{}",
-            create.query
-        );
+        assert_eq!(create_field_manager(&c, "tenants"), "sentry-tenants");
 
         let unsaid = act(&c, "/actions/tenants", "name=globex", true).await;
         assert_eq!(unsaid.status, StatusCode::OK, "{}", unsaid.body);
@@ -1028,6 +1034,7 @@ fn provision_twice_starts_one_run() {
             second.body
         );
         assert_eq!(c.log.creates_of("runjobs"), 1);
+        assert_eq!(create_field_manager(&c, "runjobs"), "sentry-tenants");
         c.settle().await;
         assert_eq!(
             c.tenant("acme").await.phase(),

@@ -68,3 +68,44 @@ async fn a_burst_of_tenants_never_has_more_runs_in_flight_than_the_cap() {
     assert_eq!(jobs.len(), 5, "every run got its Job in the end: {jobs:?}");
     assert_eq!(c.log.creates_of("jobs"), 5, "one Job per run");
 }
+
+/// A run deleted before it finished gives its slot back at once: when its finalizer goes (its Job and
+/// the Job's pods gone), the oldest waiting run is woken, not left to the 30 s poll.
+#[tokio::test]
+async fn a_run_deleted_before_it_finished_wakes_the_oldest_waiting_run() {
+    let c = Cluster::with_max_concurrent_runs(1).await;
+    let mut woken = c
+        .ctx
+        .slots
+        .take_wake_ups()
+        .expect("the in-memory cluster leaves the wake-ups to the test");
+    let mut names = move || -> Vec<String> {
+        std::iter::from_fn(|| woken.try_recv().ok())
+            .map(|r| r.name)
+            .collect()
+    };
+    for t in ["t1", "t2"] {
+        c.create_tenant_with(t, ProvisioningPolicy::Automatic).await;
+    }
+    c.settle().await;
+    assert_eq!(unfinished_jobs(&c).await, ["t1-provision-10"]);
+    names();
+
+    c.hold_job_deletion_for_its_pods("t1-provision-10").await;
+    c.runjobs()
+        .delete("t1-provision-10", &Default::default())
+        .await
+        .unwrap();
+    c.reconcile_run("t1-provision-10").await;
+    assert!(
+        c.run("t1-provision-10").await.is_some(),
+        "its pod is not gone yet"
+    );
+    assert_eq!(names(), Vec::<String>::new(), "the slot is not free yet");
+
+    c.job_pods_gone("t1-provision-10").await;
+    c.sync_stores().await;
+    c.reconcile_run("t1-provision-10").await;
+    assert!(c.run("t1-provision-10").await.is_none());
+    assert_eq!(names(), ["t2-provision-10"]);
+}
