@@ -236,8 +236,9 @@ async fn keep_outcome(run: &RunJob, outcome: RunJobStatus, ctx: &Context) -> Res
     if recorded(&cached) {
         return Ok(());
     }
+    // `record_in_history` writes nothing when the current copy has the record.
     let current = ctx.tenants().get_opt(&name_of(cached.as_ref())?).await?;
-    let Some(tenant) = current.filter(|t| run.is_for(t) && !recorded(t)) else {
+    let Some(tenant) = current.filter(|t| run.is_for(t)) else {
         return Ok(());
     };
     let mut kept = run.clone();

@@ -244,18 +244,28 @@ async fn a_run_deleted_just_after_its_job_finished_keeps_the_jobs_outcome() {
 #[tokio::test]
 async fn a_finished_run_deleted_before_its_cleanup_keeps_its_outcome() {
     let c = cluster_with_run().await;
+    // An earlier run's record is there already: only this run's own record counts as kept.
+    c.create_run("acme", RunAction::Suspend, "acme-suspend-1")
+        .await;
+    c.settle().await;
+    c.job_succeeded("acme-suspend-1").await;
+    c.settle().await;
+    c.clock.advance(SignedDuration::from_secs(600));
+    c.settle().await;
+    assert!(c.run("acme-suspend-1").await.is_none(), "cleaned up");
+    assert_eq!(c.tenant("acme").await.history().len(), 1);
     c.settle().await;
     c.job_failed(RUN, "BackoffLimitExceeded", "grants refused")
         .await;
     c.settle().await;
     let run = c.run(RUN).await.unwrap();
     assert_eq!(run.phase(), Some(RunPhase::Failed));
-    assert!(c.tenant("acme").await.history().is_empty());
+    assert_eq!(c.tenant("acme").await.history().len(), 1);
     c.runjobs().delete(RUN, &Default::default()).await.unwrap();
     c.reconcile_run(RUN).await;
     assert!(c.run(RUN).await.is_none());
     let history = c.tenant("acme").await.history().to_vec();
-    assert_eq!(history.len(), 1);
+    assert_eq!(history.len(), 2);
     assert_eq!(
         (
             history[0].name.as_str(),
