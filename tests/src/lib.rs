@@ -605,7 +605,8 @@ pub fn recording_client(
                 parts.uri = format!("{path}/status?{query}").parse().expect("a URI");
             }
             let forwarded = if method == Method::POST {
-                stamped_with_creation_time(&json_body, clock.now()).unwrap_or(bytes.to_vec())
+                stamped_with_creation_time(&json_body, clock.now())
+                    .unwrap_or_else(|| bytes.to_vec())
             } else {
                 bytes.to_vec()
             };
