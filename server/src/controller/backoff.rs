@@ -39,10 +39,52 @@ impl ErrorBackoff {
 /// `base · 2^(failures−1)`, capped at [`MAX_DELAY`], of which the upper half is scaled by `jitter`
 /// (in `[0, 1)`): "equal jitter", never shorter than half the exponential step.
 pub fn delay(base: Duration, failures: u32, jitter: f64) -> Duration {
+    capped_delay(base, MAX_DELAY, failures, jitter)
+}
+
+/// [`delay`] with a cap of its own.
+fn capped_delay(base: Duration, cap: Duration, failures: u32, jitter: f64) -> Duration {
     let exponent = failures.saturating_sub(1).min(20);
-    let step = base.saturating_mul(1 << exponent).min(MAX_DELAY);
+    let step = base.saturating_mul(1 << exponent).min(cap);
     let half = step / 2;
     half + half.mul_f64(jitter.clamp(0.0, 1.0))
+}
+
+/// The first wait of a broken watch before it lists again.
+const WATCH_BASE: Duration = Duration::from_millis(500);
+/// The longest wait of a broken watch before it lists again.
+pub const WATCH_MAX_DELAY: Duration = Duration::from_secs(8);
+
+/// How long a broken watch waits before it lists and watches again: 0.5 s, doubling up to
+/// [`WATCH_MAX_DELAY`], equal jitter; reset by the watch's next success. client-go's reflectors and
+/// kube-runtime's default wait up to 30 s, and jitter doubles that: made for the thousands of
+/// kubelets and controllers that hit an apiserver coming back. An operator is a few replicas with
+/// four watches each, and after an apiserver restart (every control-plane upgrade) its runs should
+/// move again within seconds of the API answering, not a minute later.
+#[derive(Debug, Default)]
+pub struct WatchBackoff {
+    failures: u32,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        let jitter = random_fraction("watch", self.failures);
+        Some(capped_delay(
+            WATCH_BASE,
+            WATCH_MAX_DELAY,
+            self.failures,
+            jitter,
+        ))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
 }
 
 /// A fraction in `[0, 1)` that differs between calls: std's `RandomState` is seeded randomly per
@@ -69,6 +111,28 @@ mod tests {
         assert_eq!(ms(10, 1.0), 300_000);
         assert_eq!(ms(u32::MAX, 0.25), 187_500);
         assert_eq!(ms(0, 0.0), 500, "a first failure however counted");
+    }
+
+    #[test]
+    fn a_broken_watch_retries_within_half_a_second_to_eight_and_starts_over_after_a_success() {
+        use kube::runtime::utils::Backoff;
+        let within = |d: Duration, step_ms: u64| {
+            let step = Duration::from_millis(step_ms);
+            assert!(
+                (step / 2..=step).contains(&d),
+                "{d:?} not in the upper half of {step:?}"
+            );
+        };
+        let mut watch = WatchBackoff::default();
+        for step_ms in [500, 1_000, 2_000, 4_000, 8_000, 8_000, 8_000] {
+            within(watch.next().unwrap(), step_ms);
+        }
+        for _ in 0..100 {
+            within(watch.next().unwrap(), 8_000);
+        }
+        watch.reset();
+        within(watch.next().unwrap(), 500);
+        within(watch.next().unwrap(), 1_000);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use super::backoff::{WATCH_MAX_DELAY, WatchBackoff};
 use super::queue::{Key, Queue};
 use super::triggers::Triggers;
 use super::{
@@ -278,6 +279,31 @@ impl Stores {
     }
 }
 
+/// For a watch's stream: a warning when it breaks, once per outage (a retry every few seconds would
+/// fill the log), and a note when it lists again.
+fn reporting_breaks<K, E: std::fmt::Display>(
+    watch: &'static str,
+) -> impl FnMut(&Result<watcher::Event<K>, E>) {
+    let mut broken = false;
+    move |event| match event {
+        Err(error) if !broken => {
+            broken = true;
+            tracing::warn!(
+                watch,
+                %error,
+                retry_within = ?WATCH_MAX_DELAY,
+                "a watch broke; retrying until the API answers"
+            );
+        }
+        Err(error) => tracing::debug!(watch, %error, "a watch is still broken"),
+        Ok(_) if broken => {
+            broken = false;
+            tracing::info!(watch, "a watch is back; listing again");
+        }
+        Ok(_) => {}
+    }
+}
+
 /// Yields once each time leadership is gained, to reconcile everything the new leader inherits.
 fn on_leadership_gained(leader: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send {
     futures::stream::unfold(leader, |mut rx| async move {
@@ -357,7 +383,8 @@ pub fn watch_caches(
         Api::<Tenant>::namespaced(client.clone(), &ns),
         watch_config(),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::default())
+    .inspect(reporting_breaks("tenants"))
     .modify(slim_tenant)
     .reflect(tw)
     .inspect({
@@ -377,7 +404,8 @@ pub fn watch_caches(
         Api::<RunJob>::namespaced(client.clone(), &ns),
         watch_config(),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::default())
+    .inspect(reporting_breaks("runjobs"))
     .modify(drop_managed_fields)
     .inspect({
         let stores = stores.clone();
@@ -399,7 +427,8 @@ pub fn watch_caches(
         };
         let job_config = watch_config().labels(MANAGED_BY_SELECTOR);
         watcher(Api::<Job>::namespaced(client, &ns), job_config)
-            .default_backoff()
+            .backoff(WatchBackoff::default())
+            .inspect(reporting_breaks("jobs"))
             .modify(drop_managed_fields)
             .inspect({
                 let stores = stores.clone();
@@ -444,7 +473,8 @@ pub fn marker_watch(
         Api::<ConfigMap>::namespaced(client, namespace),
         watch_config().labels(&selector),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::default())
+    .inspect(reporting_breaks("markers"))
     .modify(drop_managed_fields)
     .reflect(writer)
     .inspect(stores.after_cached(Cache::Markers))

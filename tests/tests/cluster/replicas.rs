@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams};
 use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_controllers_caught_up, wait_gone, wait_until};
@@ -162,7 +163,7 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
         ClickHouseStandIn::start(&s.plane.host_address(), "ch-admin", "ch-admin-password").await;
     s.install_with_clickhouse(&ch.url, ("ch-admin", "ch-admin-password"))
         .await;
-    ready_operator_pods(&s, 1).await;
+    let operator = ready_operator_pods(&s, 1).await.remove(0);
     s.apply(&tenant("acme", false));
     ch.set_delay(Duration::from_millis(700));
     s.apply(&provision_run("acme-provision-1", "acme", 300));
@@ -172,6 +173,11 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
     let restarted_at = jiff::Timestamp::now();
     s.plane.restart_apiserver();
     ch.set_delay(Duration::ZERO);
+    // Pods reach the apiserver through the `kubernetes` Service, whose endpoint the apiserver takes
+    // away as it stops and puts back as it starts; kube-proxy, whose own watches broke too, must see
+    // it again. That recovery is the cluster's, not the operator's: wait for its evidence (the
+    // operator's Lease renewed through the restarted apiserver) before the operator's is waited on.
+    operator_reaches_the_api_again(&s).await;
 
     let run = finished(&s, "acme-provision-1").await;
     assert_eq!(
@@ -210,6 +216,28 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
         1,
         "one Job for the run across the restart"
     );
+    // The operator's log tells its operators what happened to its watches.
+    for watch in ["tenants", "runjobs", "jobs"] {
+        let said = |message: &str, line: &str| {
+            line.contains(&format!("\"message\":\"{message}"))
+                && line.contains(&format!("\"watch\":\"{watch}\""))
+        };
+        wait_until(
+            &format!("the operator's log: the {watch} watch back"),
+            async || {
+                let log = pods
+                    .logs(&operator.name_any(), &operator_log())
+                    .await
+                    .ok()?;
+                let broke = log.lines().position(|l| said("a watch broke", l))?;
+                log.lines()
+                    .skip(broke)
+                    .any(|l| said("a watch is back", l))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
     let suspend_runs: Vec<String> = s
         .run_names()
         .await
@@ -220,4 +248,26 @@ async fn a_kube_apiserver_restarted_mid_run_loses_nothing_and_the_watches_recove
     assert_eq!(s.creates("jobs", &suspend_runs[0]), 1);
     s.assert_no_forbidden();
     wait_controllers_caught_up(&s.admin).await;
+}
+
+/// Waits until the operator's leader renews its Lease through an apiserver started after now.
+async fn operator_reaches_the_api_again(s: &Setup) {
+    let back_at = jiff::Timestamp::now();
+    let leases: Api<Lease> = Api::namespaced(s.admin.clone(), &s.ns);
+    wait_until(
+        "the operator's Lease renewed after the apiserver restart",
+        async || {
+            let lease = leases.get(sentry_tenants::leader::LEASE_NAME).await.ok()?;
+            let renewed = lease.spec?.renew_time?.0;
+            (renewed > back_at).then_some(())
+        },
+    )
+    .await;
+}
+
+fn operator_log() -> LogParams {
+    LogParams {
+        container: Some("operator".into()),
+        ..LogParams::default()
+    }
 }
