@@ -555,6 +555,23 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_opt_in_objects_pass_the_same_check() {
+        let v = Values {
+            network_policy: true,
+            monitoring: true,
+            ..values()
+        }
+        .validate()
+        .unwrap();
+        let yaml = v.render_yaml();
+        let n = check_all(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(
+            n, 19,
+            "the 14, 2 NetworkPolicies (the operator's, the Jobs'), a ServiceMonitor, a PrometheusRule and the Grafana dashboard's ConfigMap\n{yaml}"
+        );
+    }
+
+    #[test]
     fn a_misspelt_field_is_caught_by_the_round_trip() {
         let doc: Value = serde_norway::from_str(
             "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {selectr: {a: b}}\n",
