@@ -536,17 +536,20 @@ pub(crate) mod tests {
         );
     }
 
+    /// The bundle of `v` through [`check_all`]: how many objects passed.
+    fn checked(v: Values) -> (usize, String) {
+        let yaml = v.validate().unwrap().render_yaml();
+        let n = check_all(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        (n, yaml)
+    }
+
     #[test]
     fn the_bundle_parses_into_typed_objects_with_nothing_dropped() {
         for read_only in [false, true] {
-            let v = Values {
+            let (n, yaml) = checked(Values {
                 read_only_dashboard: read_only,
                 ..values()
-            }
-            .validate()
-            .unwrap();
-            let yaml = v.render_yaml();
-            let n = check_all(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+            });
             assert_eq!(
                 n, 14,
                 "2 CRDs, Namespace, 2 ServiceAccounts, 2 Roles, 2 RoleBindings, ConfigMap, Deployment, Service, 2 ClusterRoles\n{yaml}"
@@ -556,15 +559,11 @@ pub(crate) mod tests {
 
     #[test]
     fn the_opt_in_objects_pass_the_same_check() {
-        let v = Values {
+        let (n, yaml) = checked(Values {
             network_policy: true,
             monitoring: true,
             ..values()
-        }
-        .validate()
-        .unwrap();
-        let yaml = v.render_yaml();
-        let n = check_all(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        });
         assert_eq!(
             n, 19,
             "the 14, 2 NetworkPolicies (the operator's, the Jobs'), a ServiceMonitor, a PrometheusRule and the Grafana dashboard's ConfigMap\n{yaml}"
