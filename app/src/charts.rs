@@ -6,6 +6,7 @@
 use leptos::prelude::*;
 
 use crate::components::rendered_at_once;
+use crate::fragments::{self, ChartKey};
 use crate::model::{
     ActionDurations, HistoryView, HourBucket, PhaseCount, human_duration, phase_class,
 };
@@ -29,11 +30,11 @@ fn hour_label(start: &str) -> String {
     start.get(11..16).unwrap_or(start).to_owned()
 }
 
+const HOURLY_HEIGHT: f64 = 150.0;
+
 /// Runs per hour over the last 24 hours: a stacked bar per hour, succeeded below, failed above.
 #[component]
 pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
-    let (height, top, bottom, left) = (150.0, 12.0, 22.0, 28.0);
-    let plot = height - top - bottom;
     let most = hours
         .iter()
         .map(|h| h.succeeded + h.failed)
@@ -42,11 +43,29 @@ pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
         .max(1) as f64;
     let total: usize = hours.iter().map(|h| h.succeeded + h.failed).sum();
     let failed: usize = hours.iter().map(|h| h.failed).sum();
-    let slot = (WIDTH - left) / hours.len().max(1) as f64;
     let summary = format!(
         "{total} runs finished in the last 24 hours, {failed} of them failed; the busiest hour had {} runs",
         most as usize * usize::from(total > 0)
     );
+    let marks = fragments::chart(ChartKey::RunsPerHour(hours.clone()), |_| {
+        runs_per_hour_marks(&hours, most)
+    });
+    let caption = view! {
+        <span class="key ok">"succeeded"</span> " " <span class="key bad">"failed"</span>
+        " · " {summary.clone()}
+    };
+    view! {
+        <Chart id="runs-hour" title="Runs per hour, last 24 hours" summary height=HOURLY_HEIGHT caption=caption.into_any()>
+            <g inner_html=marks></g>
+        </Chart>
+    }
+}
+
+/// The runs-per-hour chart's axes and bars, `most` runs at the top.
+fn runs_per_hour_marks(hours: &[HourBucket], most: f64) -> String {
+    let (height, top, bottom, left) = (HOURLY_HEIGHT, 12.0, 22.0, 28.0);
+    let plot = height - top - bottom;
+    let slot = (WIDTH - left) / hours.len().max(1) as f64;
     let y = move |n: usize| top + plot - plot * n as f64 / most;
     let bars = hours
         .iter()
@@ -74,19 +93,15 @@ pub fn RunsPerHourChart(hours: Vec<HourBucket>) -> impl IntoView {
             }
         })
         .collect_view();
-    let caption = view! {
-        <span class="key ok">"succeeded"</span> " " <span class="key bad">"failed"</span>
-        " · " {summary.clone()}
-    };
-    view! {
-        <Chart id="runs-hour" title="Runs per hour, last 24 hours" summary height caption=caption.into_any()>
-            <text class="axis" x="0" y=px(top + 4.0)>{most as usize}</text>
-            <text class="axis" x="0" y=px(top + plot)>"0"</text>
-            <line class="grid-line" x1=px(left) x2=px(WIDTH) y1=px(top + plot) y2=px(top + plot)/>
-            {bars}
-        </Chart>
-    }
+    rendered_at_once(view! {
+        <text class="axis" x="0" y=px(top + 4.0)>{most as usize}</text>
+        <text class="axis" x="0" y=px(top + plot)>"0"</text>
+        <line class="grid-line" x1=px(left) x2=px(WIDTH) y1=px(top + plot) y2=px(top + plot)/>
+        {bars}
+    })
 }
+
+const DURATION_ROW: f64 = 26.0;
 
 /// How long runs take per action: the median as a bar, the 95th percentile as a lighter bar behind it.
 #[component]
@@ -95,8 +110,36 @@ pub fn DurationsChart(durations: Vec<ActionDurations>) -> impl IntoView {
         return view! { <p class="muted">"No finished run with a start and end time yet."</p> }
             .into_any();
     }
-    let (row, label_w, value_w) = (26.0, 110.0, 170.0);
-    let height = row * durations.len() as f64 + 4.0;
+    let height = DURATION_ROW * durations.len() as f64 + 4.0;
+    let marks = fragments::chart(ChartKey::Durations(durations.clone()), |_| {
+        durations_marks(&durations)
+    });
+    let summary = durations
+        .iter()
+        .map(|d| {
+            format!(
+                "{} median {}, 95th percentile {}",
+                d.action,
+                human_duration(d.median_seconds),
+                human_duration(d.p95_seconds)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let caption = view! {
+        <span class="key median">"median"</span> " " <span class="key p95">"95th percentile"</span>
+    };
+    view! {
+        <Chart id="durations" title="Run duration per action" summary height caption=caption.into_any()>
+            <g inner_html=marks></g>
+        </Chart>
+    }
+    .into_any()
+}
+
+/// The durations chart's bars, one row per action.
+fn durations_marks(durations: &[ActionDurations]) -> String {
+    let (row, label_w, value_w) = (DURATION_ROW, 110.0, 170.0);
     let longest = durations
         .iter()
         .map(|d| d.p95_seconds)
@@ -127,27 +170,7 @@ pub fn DurationsChart(durations: Vec<ActionDurations>) -> impl IntoView {
             }
         })
         .collect_view();
-    let summary = durations
-        .iter()
-        .map(|d| {
-            format!(
-                "{} median {}, 95th percentile {}",
-                d.action,
-                human_duration(d.median_seconds),
-                human_duration(d.p95_seconds)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
-    let caption = view! {
-        <span class="key median">"median"</span> " " <span class="key p95">"95th percentile"</span>
-    };
-    view! {
-        <Chart id="durations" title="Run duration per action" summary height caption=caption.into_any()>
-            {rows}
-        </Chart>
-    }
-    .into_any()
+    rendered_at_once(rows)
 }
 
 /// Tenants by phase: one bar split by phase (an image), and beside it each phase's count as a link to

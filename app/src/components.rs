@@ -293,14 +293,18 @@ pub fn limits_fields(l: &crate::limits::Limits) -> [String; 4] {
 }
 
 /// An age, duration or countdown as of the server's `now`, which the browser counts on every second
-/// ([`crate::model::clock_text`] names the kinds).
+/// ([`crate::model::clock_text`] names the kinds) from the nearest `data-now`: the clock's own, or —
+/// with `now_above` — that of an element around it (a table of many clocks says it once, so that
+/// its rows do not change every second).
 #[component]
 pub fn Clock(
     kind: &'static str,
     from: Option<String>,
     to: Option<String>,
     #[prop(into)] now: String,
+    #[prop(optional)] now_above: bool,
 ) -> impl IntoView {
     let text = crate::model::clock_text(Some(kind), from.clone(), to.clone(), &now);
-    view! { <span data-clock=kind data-from=from data-to=to data-now=now>{text}</span> }
+    let own_now = (!now_above).then_some(now);
+    view! { <span data-clock=kind data-from=from data-to=to data-now=own_now>{text}</span> }
 }

@@ -11,6 +11,7 @@ mod browser;
 pub mod charts;
 pub mod components;
 pub mod forms;
+pub mod fragments;
 pub mod model;
 pub mod pages;
 /// The domain rules the form and the pages check and show, shared with the operator.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One tenant row.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TenantRow {
     pub name: String,
     pub display_name: Option<String>,
@@ -175,14 +175,14 @@ pub struct RunDetail {
     pub log_tail: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PhaseCount {
     pub phase: String,
     pub count: usize,
 }
 
 /// Runs that finished in one hour, by outcome.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HourBucket {
     /// RFC 3339, the hour's first second.
     pub start: String,
@@ -191,7 +191,7 @@ pub struct HourBucket {
 }
 
 /// How long one action's runs took.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ActionDurations {
     pub action: String,
     pub runs: usize,
@@ -247,7 +247,7 @@ impl Meta {
 
 /// The actions the account behind the dashboard may take, by the permission each needs: a button it
 /// may not use is not shown (the API server still decides every request).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Allowed {
     /// Create: `create tenants`.
     pub create: bool,

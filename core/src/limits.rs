@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A tenant's limits as the dashboard shows and edits them (the CRD's `TenantLimits`, without its
 /// schema); each `None` is "no limit".
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Limits {
     pub max_memory_per_query: Option<String>,
     pub max_execution_seconds: Option<i64>,

@@ -124,6 +124,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         read_only,
         allowed_hosts: crate::web::hosts::AllowedHosts::new(&args.dashboard_allowed_host),
         shutdown: shutdown_rx.clone(),
+        keep_fragments: true,
     });
     let dashboard_listener = tokio::net::TcpListener::bind(args.dashboard_addr)
         .await

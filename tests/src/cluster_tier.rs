@@ -481,6 +481,7 @@ impl Operator {
             read_only: false,
             allowed_hosts: sentry_tenants::web::hosts::AllowedHosts::new(&[]),
             shutdown: self.stop.subscribe(),
+            keep_fragments: true,
         })
     }
 

@@ -1660,6 +1660,20 @@ pub mod dashboard {
         read_only: bool,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> axum::Router {
+        dashboard_router_with(c, read_only, shutdown, true)
+    }
+
+    /// [`dashboard_router`] whose pages render every row and chart, kept or not (`keep_fragments`).
+    pub fn dashboard_router_rendering_every_fragment(c: &Cluster) -> axum::Router {
+        dashboard_router_with(c, false, tokio::sync::watch::channel(false).1, false)
+    }
+
+    fn dashboard_router_with(
+        c: &Cluster,
+        read_only: bool,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+        keep_fragments: bool,
+    ) -> axum::Router {
         let stores = c.ctx.stores.clone();
         router(Dashboard {
             backend: Arc::new(ClusterBackend {
@@ -1685,6 +1699,7 @@ pub mod dashboard {
             read_only,
             allowed_hosts: sentry_tenants::web::hosts::AllowedHosts::new(&[]),
             shutdown,
+            keep_fragments,
         })
     }
 }

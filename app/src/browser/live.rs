@@ -78,10 +78,10 @@ pub fn rendered() {
 }
 
 /// Every `data-clock` element — `age` from `data-from`, `duration` from `data-from` to `data-to` or
-/// now, `countdown` to `data-to` — as of its `data-now` (the server's time when it rendered the page)
-/// plus the seconds since.
+/// now, `countdown` to `data-to` — as of the nearest `data-now` (the server's time when it rendered
+/// the page: the clock's own, or a table's for all of its rows) plus the seconds since.
 fn render_clocks() {
-    let Ok(clocks) = document().query_selector_all("[data-clock][data-now]") else {
+    let Ok(clocks) = document().query_selector_all("[data-clock]") else {
         return;
     };
     let since = ((js_sys::Date::now() - RENDERED_AT.with(Cell::get)) / 1000.0) as i64;
@@ -89,8 +89,16 @@ fn render_clocks() {
         let Some(el) = clocks.item(i).and_then(|n| n.dyn_into::<Element>().ok()) else {
             continue;
         };
+        let Some(server_now) = el
+            .closest("[data-now]")
+            .ok()
+            .flatten()
+            .and_then(|at| at.get_attribute("data-now"))
+        else {
+            continue;
+        };
         let attr = |name| el.get_attribute(name);
-        let now = now_from(&attr("data-now").unwrap_or_default(), since);
+        let now = now_from(&server_now, since);
         let text = clock_text(
             attr("data-clock").as_deref(),
             attr("data-from"),

@@ -7,8 +7,9 @@ use crate::components::{
     Clock, ConfirmRevoke, ConfirmSuspend, EmptyState, Flash, Pager, PhaseBadge, ReadyCell,
     TenantActions, rendered_at_once,
 };
-use crate::forms::current_url;
-use crate::model::{Allowed, Meta, Page, TENANT_PHASES, TenantRow};
+use crate::forms::{SessionToken, current_url};
+use crate::fragments::{self, RowKey};
+use crate::model::{Allowed, Meta, Page, TENANT_PHASES, TenantRow, clock_text};
 
 /// The tenants list, filtered by phase and text, 50 rows a page.
 #[component]
@@ -74,39 +75,61 @@ fn listing_view(meta: Meta, listing: Page<TenantRow>, here: String) -> AnyView {
             <Pager page=listing.page pages=listing.pages matched=listing.matched path="/tenants"/>
         }
     });
+    let rows = rows_html(listing.rows, &meta, may, &here);
     view! {
         <ConfirmSuspend allowed=may.change back=here.clone()/>
         <ConfirmRevoke allowed=may.start_runs back=here.clone()/>
-        <table class="grid">
+        // The rows' clocks count from the table's `data-now`: a row's HTML changes only with the row.
+        <table class="grid" data-now=meta.server_now.clone()>
             <thead><tr>
                 <th>"Name"</th><th>"Phase"</th><th>"Ready"</th><th>"Database"</th>
                 <th>"Credentials Secret"</th><th>"Age"</th><th>"Actions"</th>
             </tr></thead>
-            <tbody inner_html=rows_html(listing.rows, &meta, may, &here)></tbody>
+            <tbody inner_html=rows></tbody>
         </table>
         {pager}
     }
     .into_any()
 }
 
-/// The table's rows, rendered at once ([`rendered_at_once`]).
+/// The table's rows, each a kept copy while nothing it shows has changed ([`fragments`]), or
+/// rendered at once ([`rendered_at_once`]).
 fn rows_html(rows: Vec<TenantRow>, meta: &Meta, may: Allowed, here: &str) -> String {
-    rendered_at_once(rows.into_iter()
-        .map(|r| {
-            view! {
-                <tr data-tenant=r.name.clone()>
-                    <td>
-                        <a href=format!("/tenants/{}", r.name)>{r.name.clone()}</a>
-                        {r.display_name.clone().map(|d| view! { <div class="sub">{d}</div> })}
-                    </td>
-                    <td><PhaseBadge phase=r.phase.clone()/></td>
-                    <td><ReadyCell ready=r.ready reason=r.ready_reason.clone() message=r.ready_message.clone()/></td>
-                    <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
-                    <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
-                    <td><Clock kind="age" from=r.created.clone() to=None now=meta.server_now.clone()/></td>
-                    <td><TenantActions row=r.clone() may here=here.to_string()/></td>
-                </tr>
-            }
-        })
-        .collect_view())
+    let session = use_context::<SessionToken>()
+        .map(|t| t.0)
+        .unwrap_or_default();
+    let mut html = String::new();
+    for row in rows {
+        let age = clock_text(Some("age"), row.created.clone(), None, &meta.server_now);
+        let key = RowKey {
+            row,
+            may,
+            here: here.to_owned(),
+            age,
+            session: session.clone(),
+        };
+        html.push_str(&fragments::row(key, |key| row_html(key, &meta.server_now)));
+    }
+    html
+}
+
+fn row_html(key: &RowKey, now: &str) -> String {
+    let RowKey {
+        row: r, may, here, ..
+    } = key;
+    let (may, now) = (*may, now.to_owned());
+    rendered_at_once(view! {
+        <tr data-tenant=r.name.clone()>
+            <td>
+                <a href=format!("/tenants/{}", r.name)>{r.name.clone()}</a>
+                {r.display_name.clone().map(|d| view! { <div class="sub">{d}</div> })}
+            </td>
+            <td><PhaseBadge phase=r.phase.clone()/></td>
+            <td><ReadyCell ready=r.ready reason=r.ready_reason.clone() message=r.ready_message.clone()/></td>
+            <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
+            <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
+            <td><Clock kind="age" from=r.created.clone() to=None now now_above=true/></td>
+            <td><TenantActions row=r.clone() may here=here.clone()/></td>
+        </tr>
+    })
 }

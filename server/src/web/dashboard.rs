@@ -16,6 +16,7 @@ use futures::Stream;
 use leptos::prelude::*;
 use leptos_axum::{AxumRouteListing, LeptosRoutes, ResponseOptions, generate_route_list};
 use sentry_tenants_app::api::Backend;
+use sentry_tenants_app::fragments::Fragments;
 use sentry_tenants_app::{App, OUTPUT_NAME, shell};
 use tokio::sync::watch;
 use tower_http::compression::CompressionLayer;
@@ -39,6 +40,9 @@ pub struct Dashboard {
     pub allowed_hosts: AllowedHosts,
     /// Says true at shutdown: open event streams end then, so the server can.
     pub shutdown: watch::Receiver<bool>,
+    /// Whether pages reuse the rows and charts that did not change ([`Fragments`]); the benchmark
+    /// turns it off to measure rendering every piece.
+    pub keep_fragments: bool,
 }
 
 pub fn leptos_options() -> LeptosOptions {
@@ -60,9 +64,13 @@ pub fn router(dashboard: Dashboard) -> Router {
     let options = leptos_options();
     let backend: Arc<dyn Backend> = dashboard.backend.clone();
     let session = sentry_tenants_app::forms::SessionToken(super::flash::session_token());
+    let fragments = dashboard.keep_fragments.then(Fragments::default);
     let context = move || {
         provide_context(backend.clone());
         provide_context(session.clone());
+        if let Some(fragments) = &fragments {
+            provide_context(fragments.clone());
+        }
         set_page_csp();
     };
     let routes = route_list();

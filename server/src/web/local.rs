@@ -97,6 +97,7 @@ pub async fn serve_local(
         read_only: false,
         allowed_hosts: AllowedHosts::new(&[]),
         shutdown: shutdown_rx.clone(),
+        keep_fragments: true,
     });
 
     let url = format!(

@@ -257,6 +257,66 @@ fn a_reused_list_page_gets_a_fresh_nonce_and_a_change_renders_it_anew() {
     })
 }
 
+/// The tenants list and the overview reuse the rows and charts whose inputs did not change
+/// (`fragments`): after a tenant changes, one is created, a run finishes and the clock moves on, each
+/// page is what a dashboard rendering every piece shows, byte for byte but the nonce.
+#[test]
+fn kept_rows_and_charts_are_shown_only_while_what_they_show_is_unchanged() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        let kept = dashboard_router(&c, false);
+        let fresh = sentry_tenants_tests::dashboard::dashboard_router_rendering_every_fragment(&c);
+        let same = |what: &str| {
+            let (kept, fresh) = (kept.clone(), fresh.clone());
+            let what = what.to_owned();
+            async move {
+                let mut tenants = String::new();
+                for path in ["/", "/tenants"] {
+                    let (k, f) = (
+                        get(kept.clone(), path).await,
+                        get(fresh.clone(), path).await,
+                    );
+                    assert_eq!(k.status, StatusCode::OK, "{what}: {path}");
+                    assert_eq!(
+                        k.body.replace(&nonce(&k), "N"),
+                        f.body.replace(&nonce(&f), "N"),
+                        "{what}: {path}"
+                    );
+                    if path == "/tenants" {
+                        tenants = k.body;
+                    }
+                }
+                tenants
+            }
+        };
+        same("at first").await;
+
+        let patch = json!({"spec": {"displayName": "Acme Renamed"}});
+        c.tenants()
+            .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        c.sync_stores().await;
+        let renamed = same("a tenant changed").await;
+        assert!(renamed.contains("Acme Renamed"), "{renamed}");
+
+        c.create_tenant("initech").await;
+        c.create_run("globex", RunAction::Rotate, "globex-rotate-1")
+            .await;
+        c.settle().await;
+        c.job_running("globex-rotate-1").await;
+        c.clock.advance(jiff::SignedDuration::from_secs(90));
+        c.job_succeeded("globex-rotate-1").await;
+        c.settle().await;
+        let later = same("a tenant created, a run finished").await;
+        assert!(later.contains(r#"data-tenant="initech""#), "{later}");
+
+        c.clock.advance(jiff::SignedDuration::from_secs(3 * 3600));
+        let older = same("three hours on").await;
+        assert!(older.contains(">3h 01m<"), "the ages moved on: {older}");
+    })
+}
+
 #[test]
 fn a_display_name_with_markup_renders_as_text() {
     block_on(async {

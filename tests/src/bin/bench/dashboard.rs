@@ -10,7 +10,9 @@ use http::{Request, header};
 use http_body_util::BodyExt;
 use sentry_tenants::web::dashboard::with_response_layers;
 use sentry_tenants_tests::Cluster;
-use sentry_tenants_tests::dashboard::dashboard_router;
+use sentry_tenants_tests::dashboard::{
+    dashboard_router, dashboard_router_rendering_every_fragment,
+};
 use tower::ServiceExt;
 
 use crate::figure;
@@ -53,17 +55,22 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
     }
     // The static copies pass the same response layers (security headers, compression) as the pages.
     let app = router.clone().merge(with_response_layers(statics));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (base, server) = serve(app).await;
+    // The same caches behind a dashboard that keeps no row or chart between renders.
+    let (base_every_piece, every_piece_server) =
+        serve(dashboard_router_rendering_every_fragment(c)).await;
 
     let mut figures = Vec::new();
     for (i, (label, path)) in pages.iter().enumerate() {
         let bytes = rendered[i];
         for encoding in [Encoding::Identity, Encoding::Gzip] {
             let fixed = load(&format!("{base}/static/{i}.html"), Cache::Used, encoding).await;
-            for cache in [Cache::Defeated, Cache::Used] {
-                let dynamic = load(&format!("{base}{path}"), cache, encoding).await;
+            for cache in [Cache::Defeated, Cache::EveryFragment, Cache::Used] {
+                let at = match cache {
+                    Cache::EveryFragment => &base_every_piece,
+                    Cache::Defeated | Cache::Used => &base,
+                };
+                let dynamic = load(&format!("{at}{path}"), cache, encoding).await;
                 let how = format!("{}{}", cache.label(), encoding.label());
                 for (stat, page_ms, static_ms) in [
                     ("p50", dynamic.p50_ms, fixed.p50_ms),
@@ -85,7 +92,7 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
                             ratio.goal(Goal::AtMost(DEFEATED_P50_GOAL))
                         }
                         // Rendering from the caches is the cost measured here; no goal but the figure.
-                        (Cache::Defeated, ..) => ratio,
+                        (Cache::Defeated | Cache::EveryFragment, ..) => ratio,
                         (Cache::Used, ..) => ratio.goal(Goal::AtMost(2.0)).why_missed(
                             "a reused page is copied with a fresh nonce and rendered anew once a second; at \
                              sub-millisecond latencies on 2 cores shared with the load generator that shows, and \
@@ -101,12 +108,16 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
         }
     }
     server.abort();
+    every_piece_server.abort();
     Section::new(title, figures).remark(format!(
         "`wrk -t{THREADS} -c{CONNECTIONS} -d{SECONDS}s --latency` on loopback, each load twice: \
          uncompressed (no Accept-Encoding) and *gzip* (`Accept-Encoding: gzip`, as a browser asks; the \
          static copy then compressed by the same layer); the tenants and runs lists show their first page (50 rows). *Page cache \
          defeated*: every request carries a query string of its own (a `wrk` Lua script counts), so every \
-         page is rendered from the caches — the cost of a list at {n} tenants. *Page cache used*: the same \
+         page is rendered from the caches — the cost of a list at {n} tenants — while the rows and charts \
+         whose inputs did not change are copied from the last render (what a change to a tenant not on the \
+         page leaves). *Every fragment rendered*: the same, on a dashboard that keeps no row or chart, so \
+         every piece is rendered (what a change to every tenant on the page costs). *Page cache used*: the same \
          URL each time, so a page is rendered once per change of the caches or second of the clock and \
          otherwise copied with a fresh nonce. The static copies pass the same response layers (security \
          headers, compression) as the pages. Load generator and server share the machine's cores."
@@ -117,6 +128,8 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
 #[derive(Debug, Clone, Copy)]
 enum Cache {
     Defeated,
+    /// Defeated, and no row or chart kept between renders either.
+    EveryFragment,
     Used,
 }
 
@@ -124,6 +137,7 @@ impl Cache {
     fn label(self) -> &'static str {
         match self {
             Self::Defeated => "page cache defeated",
+            Self::EveryFragment => "page cache defeated, every fragment rendered",
             Self::Used => "page cache used",
         }
     }
@@ -163,6 +177,16 @@ fn static_html(body: Bytes) -> impl Fn() -> std::future::Ready<axum::response::R
                 .into_response(),
         )
     }
+}
+
+/// Serves `app` on a loopback port: its base URL, and the task to abort when done.
+async fn serve(app: axum::Router) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    (
+        base,
+        tokio::spawn(async move { axum::serve(listener, app).await }),
+    )
 }
 
 async fn render(router: &axum::Router, path: &str) -> Bytes {
@@ -210,7 +234,7 @@ async fn load(url: &str, cache: Cache, encoding: Encoding) -> Load {
             wrk.args(["-H", "Accept-Encoding: gzip"]);
         }
         let script = std::env::temp_dir().join("sentry-tenants-bench-unique-queries.lua");
-        if matches!(cache, Cache::Defeated) {
+        if matches!(cache, Cache::Defeated | Cache::EveryFragment) {
             std::fs::write(&script, UNIQUE_QUERIES).expect("write the wrk script");
             wrk.arg("-s").arg(&script);
         }
