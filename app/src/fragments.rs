@@ -28,11 +28,11 @@ pub struct RowKey {
     pub row: TenantRow,
     pub may: Allowed,
     /// The page the row's forms post back to.
-    pub here: String,
+    pub here: Arc<str>,
     /// The row's age as the page shows it ("3m"); the table, not the row, carries the server's time.
-    pub age: Option<String>,
+    pub age: String,
     /// The session token every form carries.
-    pub session: String,
+    pub session: Arc<str>,
 }
 
 /// Everything a chart's marks are made from.
@@ -60,9 +60,18 @@ impl Fragments {
     }
 }
 
-/// The row from the page's [`Fragments`], or rendered if the page has none.
-pub fn row(key: RowKey, render: impl FnOnce(&RowKey) -> String) -> Arc<str> {
-    match use_context::<Fragments>() {
+/// The pieces the server keeps for the page being rendered, if it keeps any.
+pub fn of_this_page() -> Option<Fragments> {
+    use_context::<Fragments>()
+}
+
+/// The row from `kept` ([`of_this_page`]), or rendered if the page keeps none.
+pub fn row(
+    kept: Option<&Fragments>,
+    key: RowKey,
+    render: impl FnOnce(&RowKey) -> String,
+) -> Arc<str> {
+    match kept {
         Some(kept) => kept.row(key, render),
         None => render(&key).into(),
     }
@@ -70,7 +79,7 @@ pub fn row(key: RowKey, render: impl FnOnce(&RowKey) -> String) -> Arc<str> {
 
 /// The chart's marks from the page's [`Fragments`], or rendered if the page has none.
 pub fn chart(key: ChartKey, render: impl FnOnce(&ChartKey) -> String) -> Arc<str> {
-    match use_context::<Fragments>() {
+    match of_this_page() {
         Some(kept) => kept.chart(key, render),
         None => render(&key).into(),
     }

@@ -386,10 +386,16 @@ pub fn human_duration(seconds: i64) -> String {
 
 /// Age of something created at `created`, as of `now`.
 pub fn age(created: Option<&str>, now: &str) -> String {
-    created
-        .and_then(|c| seconds_between(c, now))
-        .map(human_duration)
-        .unwrap_or_else(|| "—".to_owned())
+    age_at(created, now.parse().ok())
+}
+
+/// [`age`] with `now` already read: a list reads it once for all of its rows.
+pub fn age_at(created: Option<&str>, now: Option<jiff::Timestamp>) -> String {
+    let created = created.and_then(|c| c.parse::<jiff::Timestamp>().ok());
+    match (created, now) {
+        (Some(created), Some(now)) => human_duration(now.as_second() - created.as_second()),
+        _ => "—".to_owned(),
+    }
 }
 
 /// The cleanup countdown of a finished run: "in 4m 12s", or "now" once due.

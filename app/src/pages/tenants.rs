@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -9,7 +11,7 @@ use crate::components::{
 };
 use crate::forms::{SessionToken, current_url};
 use crate::fragments::{self, RowKey};
-use crate::model::{Allowed, Meta, Page, TENANT_PHASES, TenantRow, clock_text};
+use crate::model::{Allowed, Meta, Page, TENANT_PHASES, TenantRow, age_at};
 
 /// The tenants list, filtered by phase and text, 50 rows a page.
 #[component]
@@ -95,20 +97,25 @@ fn listing_view(meta: Meta, listing: Page<TenantRow>, here: String) -> AnyView {
 /// The table's rows, each a kept copy while nothing it shows has changed ([`fragments`]), or
 /// rendered at once ([`rendered_at_once`]).
 fn rows_html(rows: Vec<TenantRow>, meta: &Meta, may: Allowed, here: &str) -> String {
-    let session = use_context::<SessionToken>()
+    let kept = fragments::of_this_page();
+    let session: Arc<str> = use_context::<SessionToken>()
         .map(|t| t.0)
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into();
+    let here: Arc<str> = here.into();
+    let now = meta.server_now.parse().ok();
     let mut html = String::new();
     for row in rows {
-        let age = clock_text(Some("age"), row.created.clone(), None, &meta.server_now);
         let key = RowKey {
+            age: age_at(row.created.as_deref(), now),
             row,
             may,
-            here: here.to_owned(),
-            age,
+            here: here.clone(),
             session: session.clone(),
         };
-        html.push_str(&fragments::row(key, |key| row_html(key, &meta.server_now)));
+        html.push_str(&fragments::row(kept.as_ref(), key, |key| {
+            row_html(key, &meta.server_now)
+        }));
     }
     html
 }
@@ -129,7 +136,7 @@ fn row_html(key: &RowKey, now: &str) -> String {
             <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
             <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
             <td><Clock kind="age" from=r.created.clone() to=None now now_above=true/></td>
-            <td><TenantActions row=r.clone() may here=here.clone()/></td>
+            <td><TenantActions row=r.clone() may here=here.to_string()/></td>
         </tr>
     })
 }

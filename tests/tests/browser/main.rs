@@ -231,6 +231,37 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
     })
 }
 
+/// The tenants list's rows carry no time of their own (they are kept between renders); their ages
+/// count on from the table's `data-now`.
+#[test]
+fn the_tenants_lists_ages_tick_from_the_tables_time() {
+    let _turn = one_browser_at_a_time();
+    block_on(async {
+        let driver = Driver::start();
+        let cluster = Cluster::new().await;
+        cluster.create_tenant("acme").await;
+        cluster.settle().await;
+        let served = Served::start(cluster, false).await;
+        let b = driver.session(true).await;
+        b.goto(&served.at("/tenants")).await.unwrap();
+        wait_live(&b).await;
+        let age = "tr[data-tenant='acme'] [data-clock='age']";
+        assert!(
+            !exists(&b, "tr[data-tenant='acme'] [data-now]").await,
+            "the row carries no time of its own"
+        );
+        let first = text(&b, age).await;
+        assert!(first.ends_with('s'), "{first:?}");
+        // The server's clock stands still (a test clock): only the browser's counting moves the age.
+        eventually("the age ticked", || async {
+            let now = text(&b, age).await;
+            now.ends_with('s') && now != first
+        })
+        .await;
+        b.close().await.unwrap();
+    })
+}
+
 #[test]
 fn a_finished_runs_countdown_reaches_zero_and_the_row_disappears() {
     let _turn = one_browser_at_a_time();
