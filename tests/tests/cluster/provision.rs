@@ -88,6 +88,12 @@ async fn a_provision_run_makes_the_tenant_active_through_real_jobs_and_pods_and_
     let run = finished(&s, "acme-provision-1").await;
     let status = run.status.clone().unwrap();
     assert_eq!(status.phase, Some(RunPhase::Succeeded), "{status:#?}");
+    // `finished` reads the run with a GET; the recording watch may bring that change a moment later.
+    wait_until("the recording watch to see the run finish", async || {
+        let seen = phases.lock().unwrap();
+        seen.last().filter(|p| p.is_finished()).map(|_| ())
+    })
+    .await;
     watch.abort();
     // The real Job controller says SuccessCriteriaMet (active 0) before Complete: the run must not
     // read "waiting for its pod" in between.
