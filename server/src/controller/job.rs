@@ -332,6 +332,52 @@ mod tests {
         assert!(finished(&done) && succeeded(&done).is_none());
     }
 
+    /// The Job cache holds only what carries the managed-by label, and the job watch maps a Job to its
+    /// run by the `sentry.io/runjob` label: a Job without them would never be seen finishing.
+    #[test]
+    fn a_job_is_named_placed_labelled_and_owned_as_its_run() {
+        let mut run = RunJob::new(
+            "acme-provision-10",
+            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
+        );
+        run.metadata.namespace = Some("tenants".into());
+        run.metadata.uid = Some("run-uid".into());
+        let job = build_job(&run, &OperatorConfig::for_namespace("tenants"));
+        let meta = &job.metadata;
+        assert_eq!(meta.name.as_deref(), Some("acme-provision-10"));
+        assert_eq!(meta.namespace.as_deref(), Some("tenants"));
+        let labels = meta.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get(crate::labels::MANAGED_BY).map(String::as_str),
+            Some("sentry-tenants"),
+            "{labels:?}"
+        );
+        assert_eq!(
+            labels.get("sentry.io/runjob").map(String::as_str),
+            Some("acme-provision-10")
+        );
+        assert_eq!(
+            labels.get(crate::labels::TENANT).map(String::as_str),
+            Some("acme")
+        );
+        let pod_labels = job.spec.clone().unwrap().template.metadata.unwrap().labels;
+        assert_eq!(
+            pod_labels.as_ref(),
+            Some(&labels),
+            "its pods carry the same labels"
+        );
+        let owners = meta.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{owners:?}");
+        assert_eq!(
+            (
+                owners[0].uid.as_str(),
+                owners[0].controller,
+                owners[0].block_owner_deletion
+            ),
+            ("run-uid", Some(true), Some(true))
+        );
+    }
+
     fn mount(name: &str, path: &str) -> VolumeMount {
         VolumeMount {
             name: name.into(),
