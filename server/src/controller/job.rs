@@ -378,6 +378,57 @@ mod tests {
         );
     }
 
+    /// What the apiserver and the kubelet hold a pod to: each mount names a declared volume (or the pod
+    /// is refused), and the pod runs as the image's non-root user (or the kubelet will not start an
+    /// image whose user it cannot tell is non-root); /tmp is a small emptyDir, the one writable path.
+    #[test]
+    fn the_pod_runs_as_the_images_user_and_mounts_only_declared_volumes() {
+        let run = RunJob::new(
+            "acme-provision-10",
+            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
+        );
+        for config in [
+            OperatorConfig::for_namespace("ns"),
+            OperatorConfig {
+                clickhouse_ca_configmap: Some("corp-ca".into()),
+                ..OperatorConfig::for_namespace("ns")
+            },
+        ] {
+            let pod = build_job(&run, &config)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            let security = pod.security_context.clone().unwrap();
+            assert_eq!(
+                (
+                    security.run_as_non_root,
+                    security.run_as_user,
+                    security.run_as_group
+                ),
+                (Some(true), Some(65_532), Some(65_532))
+            );
+            let volumes = pod.volumes.clone().unwrap_or_default();
+            for m in pod.containers[0].volume_mounts.clone().unwrap_or_default() {
+                assert!(
+                    volumes.iter().any(|v| v.name == m.name),
+                    "{} mounts {:?}, which no volume declares: {volumes:?}",
+                    m.mount_path,
+                    m.name
+                );
+            }
+            let tmp = volumes
+                .iter()
+                .find(|v| v.name == "tmp")
+                .expect("a tmp volume");
+            assert_eq!(
+                tmp.empty_dir.as_ref().and_then(|e| e.size_limit.clone()),
+                Some(Quantity("16Mi".into()))
+            );
+        }
+    }
+
     fn mount(name: &str, path: &str) -> VolumeMount {
         VolumeMount {
             name: name.into(),
