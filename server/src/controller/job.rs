@@ -429,6 +429,25 @@ mod tests {
         }
     }
 
+    /// Pod Security "restricted" is met by the container on its own, not only through the pod's level:
+    /// non-root, RuntimeDefault seccomp, no privilege escalation, every capability dropped, and a
+    /// read-only root filesystem besides.
+    #[test]
+    fn the_container_holds_itself_to_restricted() {
+        let c = restricted_container_security_context();
+        assert_eq!(c.run_as_non_root, Some(true));
+        assert_eq!(
+            c.seccomp_profile.map(|p| p.type_),
+            Some("RuntimeDefault".to_owned())
+        );
+        assert_eq!(c.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            c.capabilities.and_then(|c| c.drop),
+            Some(vec!["ALL".to_owned()])
+        );
+        assert_eq!(c.read_only_root_filesystem, Some(true));
+    }
+
     fn mount(name: &str, path: &str) -> VolumeMount {
         VolumeMount {
             name: name.into(),
