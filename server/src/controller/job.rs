@@ -293,6 +293,13 @@ pub fn finished(job: &Job) -> bool {
 mod tests {
     use super::*;
 
+    fn provision_run() -> RunJob {
+        RunJob::new(
+            "acme-provision-10",
+            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
+        )
+    }
+
     /// A Job with these true conditions, in the order the Job controller adds them.
     fn job_with(conditions: &[&str]) -> Job {
         serde_json::from_value(serde_json::json!({
@@ -336,10 +343,7 @@ mod tests {
     /// run by the `sentry.io/runjob` label: a Job without them would never be seen finishing.
     #[test]
     fn a_job_is_named_placed_labelled_and_owned_as_its_run() {
-        let mut run = RunJob::new(
-            "acme-provision-10",
-            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
-        );
+        let mut run = provision_run();
         run.metadata.namespace = Some("tenants".into());
         run.metadata.uid = Some("run-uid".into());
         let job = build_job(&run, &OperatorConfig::for_namespace("tenants"));
@@ -383,10 +387,7 @@ mod tests {
     /// image whose user it cannot tell is non-root); /tmp is a small emptyDir, the one writable path.
     #[test]
     fn the_pod_runs_as_the_images_user_and_mounts_only_declared_volumes() {
-        let run = RunJob::new(
-            "acme-provision-10",
-            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
-        );
+        let run = provision_run();
         for config in [
             OperatorConfig::for_namespace("ns"),
             OperatorConfig {
@@ -458,10 +459,7 @@ mod tests {
 
     #[test]
     fn a_ca_configmap_is_mounted_read_only_and_named_to_the_provisioner() {
-        let run = RunJob::new(
-            "acme-provision-10",
-            crate::crd::RunJobSpec::new("acme", crate::crd::RunAction::Provision),
-        );
+        let run = provision_run();
         let plain = build_job(&run, &OperatorConfig::for_namespace("ns"));
         let pod = plain.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.volumes.unwrap().len(), 1, "only /tmp without a CA");
