@@ -293,6 +293,11 @@ pub fn finished(job: &Job) -> bool {
 mod tests {
     use super::*;
 
+    /// The pod template's spec of `run`'s Job.
+    fn pod_of(run: &RunJob, config: &OperatorConfig) -> PodSpec {
+        build_job(run, config).spec.unwrap().template.spec.unwrap()
+    }
+
     fn provision_run() -> RunJob {
         RunJob::new(
             "acme-provision-10",
@@ -395,12 +400,7 @@ mod tests {
                 ..OperatorConfig::for_namespace("ns")
             },
         ] {
-            let pod = build_job(&run, &config)
-                .spec
-                .unwrap()
-                .template
-                .spec
-                .unwrap();
+            let pod = pod_of(&run, &config);
             let security = pod.security_context.clone().unwrap();
             assert_eq!(
                 (
@@ -460,8 +460,7 @@ mod tests {
     #[test]
     fn a_ca_configmap_is_mounted_read_only_and_named_to_the_provisioner() {
         let run = provision_run();
-        let plain = build_job(&run, &OperatorConfig::for_namespace("ns"));
-        let pod = plain.spec.unwrap().template.spec.unwrap();
+        let pod = pod_of(&run, &OperatorConfig::for_namespace("ns"));
         assert_eq!(pod.volumes.unwrap().len(), 1, "only /tmp without a CA");
         let env_names: Vec<String> = pod.containers[0]
             .env
@@ -481,12 +480,7 @@ mod tests {
             clickhouse_cluster: Some("prod".into()),
             ..OperatorConfig::for_namespace("ns")
         };
-        let pod = build_job(&run, &config)
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
+        let pod = pod_of(&run, &config);
         let volume = pod
             .volumes
             .unwrap()
