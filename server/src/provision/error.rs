@@ -193,10 +193,19 @@ mod tests {
             c(server(500, Some(516))),
             ProvisionError::AuthFailed { .. }
         ));
-        assert!(matches!(
-            c(server(403, None)),
-            ProvisionError::AuthFailed { .. }
-        ));
+        for refused in [401, 403] {
+            assert!(matches!(
+                c(server(refused, None)),
+                ProvisionError::AuthFailed { .. }
+            ));
+        }
+        // A server error without a ClickHouse code (a proxy's 500 or 502) is no credentials problem.
+        for other in [400, 500, 502] {
+            assert!(matches!(
+                c(server(other, None)),
+                ProvisionError::ClickHouse { .. }
+            ));
+        }
         assert!(matches!(
             c(server(500, Some(497))),
             ProvisionError::PermissionDenied { .. }
@@ -239,10 +248,13 @@ mod tests {
             assert!(!e.is_api_unavailable(), "{answer}: {e}");
             assert!(matches!(e, ProvisionError::Kubernetes { .. }));
         }
-        assert!(
-            k(api_error(403))
-                .to_string()
-                .contains("lacks the permission to get tenant acme")
+        assert_eq!(
+            k(api_error(403)).to_string(),
+            "Kubernetes API: cannot get tenant acme: forbidden: the provisioner's ServiceAccount lacks the permission to get tenant acme (m)"
+        );
+        assert_eq!(
+            k(api_error(404)).to_string(),
+            "Kubernetes API: cannot get tenant acme: m (404)"
         );
     }
 
