@@ -280,27 +280,69 @@ impl Stores {
 }
 
 /// For a watch's stream: a warning when it breaks, once per outage (a retry every few seconds would
-/// fill the log), and a note when it lists again.
-fn reporting_breaks<K, E: std::fmt::Display>(
+/// fill the log), and a note when it lists again. An expired resourceVersion (410 Gone: the API
+/// compacted the history the watch would resume from) is routine, not a break: the watcher lists
+/// again at once.
+fn reporting_breaks<K>(
     watch: &'static str,
-) -> impl FnMut(&Result<watcher::Event<K>, E>) {
-    let mut broken = false;
-    move |event| match event {
-        Err(error) if !broken => {
-            broken = true;
+) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    let mut health = WatchHealth::default();
+    move |event| match health.read(event) {
+        WatchNews::Broke => {
+            let error = event.as_ref().err().map(ToString::to_string);
             tracing::warn!(
                 watch,
-                %error,
+                error,
                 retry_within = ?WATCH_MAX_DELAY,
                 "a watch broke; retrying until the API answers"
             );
         }
-        Err(error) => tracing::debug!(watch, %error, "a watch is still broken"),
-        Ok(_) if broken => {
-            broken = false;
-            tracing::info!(watch, "a watch is back; listing again");
+        WatchNews::StillBroken => {
+            let error = event.as_ref().err().map(ToString::to_string);
+            tracing::debug!(watch, error, "a watch is still broken");
         }
-        Ok(_) => {}
+        WatchNews::Expired => tracing::info!(
+            watch,
+            "a watch's place in the API's history expired (410 Gone); listing again"
+        ),
+        WatchNews::Back => tracing::info!(watch, "a watch is back; listing again"),
+        WatchNews::Nothing => {}
+    }
+}
+
+/// Whether a watch is broken, read from its stream's events.
+#[derive(Debug, Default)]
+struct WatchHealth {
+    broken: bool,
+}
+
+/// What one event of a watch's stream says about the watch.
+#[derive(Debug, PartialEq, Eq)]
+enum WatchNews {
+    Broke,
+    StillBroken,
+    Expired,
+    Back,
+    Nothing,
+}
+
+impl WatchHealth {
+    fn read<K>(&mut self, event: &Result<watcher::Event<K>, watcher::Error>) -> WatchNews {
+        match event {
+            Err(watcher::Error::WatchError(status)) if status.code == 410 && !self.broken => {
+                WatchNews::Expired
+            }
+            Err(_) if self.broken => WatchNews::StillBroken,
+            Err(_) => {
+                self.broken = true;
+                WatchNews::Broke
+            }
+            Ok(_) if self.broken => {
+                self.broken = false;
+                WatchNews::Back
+            }
+            Ok(_) => WatchNews::Nothing,
+        }
     }
 }
 
@@ -708,6 +750,48 @@ mod tests {
     use std::task::{Context, Poll, Wake, Waker};
 
     use super::*;
+
+    #[test]
+    fn an_expired_watch_is_routine_and_a_broken_one_is_reported_once_per_outage() {
+        let gone = || {
+            Err(watcher::Error::WatchError(Box::new(
+                kube::core::Status::failure("too old resource version", "Expired").with_code(410),
+            )))
+        };
+        let refused = || {
+            Err(watcher::Error::WatchFailed(kube::Error::Service(Box::new(
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            ))))
+        };
+        let fine = || Ok(watcher::Event::<Job>::InitDone);
+        let mut health = WatchHealth::default();
+        let news: Vec<WatchNews> = [
+            fine(),
+            gone(),
+            fine(),
+            refused(),
+            refused(),
+            gone(),
+            fine(),
+            fine(),
+        ]
+        .iter()
+        .map(|event| health.read(event))
+        .collect();
+        assert_eq!(
+            news,
+            [
+                WatchNews::Nothing,
+                WatchNews::Expired,
+                WatchNews::Nothing,
+                WatchNews::Broke,
+                WatchNews::StillBroken,
+                WatchNews::StillBroken,
+                WatchNews::Back,
+                WatchNews::Nothing,
+            ]
+        );
+    }
 
     /// A Job's event queues the run that owns it under the key that run's reconcile takes out.
     #[test]
