@@ -9,7 +9,7 @@ use jiff::SignedDuration;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{ObjectMeta, Patch, PatchParams};
-use sentry_tenants::controller::runjob;
+use sentry_tenants::controller::{runjob, tenant};
 use sentry_tenants::crd::{RUNJOB_FINALIZER, RunAction, RunJob, RunJobSpec, RunPhase, TenantPhase};
 use sentry_tenants_tests::{Cluster, NS, requeue_secs};
 use serde_json::json;
@@ -707,6 +707,45 @@ async fn run_for_a_tenant_being_deleted_fails_with_clear_message_and_no_job() {
         .unwrap();
     c.create_run("acme", RunAction::Provision, RUN).await;
     assert_fails_without_a_job(&c, RUN, "Run failed: tenant \"acme\" is being deleted").await;
+}
+
+/// Rule 3 for a run made for an earlier Tenant of the same name (deleted and created again before the
+/// run started): it is not the new tenant's run, so it fails and makes no Job.
+#[tokio::test]
+async fn a_run_made_for_an_earlier_tenant_of_the_name_fails_with_clear_message_and_no_job() {
+    let c = Cluster::new().await;
+    let earlier = c.create_tenant("acme").await;
+    c.tenants()
+        .delete("acme", &Default::default())
+        .await
+        .unwrap();
+    let now = c.create_tenant("acme").await;
+    assert_ne!(earlier.uid(), now.uid());
+    let run = tenant::new_run_job(&earlier, RUN, RunAction::Provision);
+    c.runjobs().create(&Default::default(), &run).await.unwrap();
+    assert_fails_without_a_job(
+        &c,
+        RUN,
+        "Run failed: the tenant \"acme\" this run was made for was deleted (a new tenant has its name)",
+    )
+    .await;
+}
+
+/// Rule 3 for a Deprovision run made for a tenant that is not being deleted (by hand, or left from
+/// a deletion that was undone): Deprovision only carries out a deleted tenant's reclaim policy, so
+/// it fails and makes no Job.
+#[tokio::test]
+async fn a_deprovision_run_for_a_tenant_not_being_deleted_fails_with_clear_message_and_no_job() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.create_run("acme", RunAction::Deprovision, "acme-deprovision-1")
+        .await;
+    assert_fails_without_a_job(
+        &c,
+        "acme-deprovision-1",
+        "Run failed: tenant \"acme\" is not being deleted: a Deprovision run only carries out the reclaim policy of a deleted Tenant",
+    )
+    .await;
 }
 
 /// Rule 4 when the Job's create is refused: the reconcile fails with the apiserver's own reason (not
