@@ -767,3 +767,26 @@ fn tail(text: &str, max: usize) -> String {
     }
     format!("…{}", &text[start..])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_message_is_cut_at_its_head_on_a_character_boundary_with_a_mark() {
+        assert_eq!(head("abcdef", 6), "abcdef");
+        assert_eq!(head("abcdefgh", 6), "abc…");
+        // "é" is two bytes: a cut that would fall inside one moves before it.
+        assert_eq!(head("aéébbbb", 6), "aé…");
+        assert_eq!(head("aaéébbb", 6), "aa…");
+        assert!(head(&"x".repeat(1000), HISTORY_MESSAGE_BYTES).len() <= HISTORY_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn a_kept_log_is_cut_at_its_tail_on_a_character_boundary_with_a_mark() {
+        assert_eq!(tail("abcdef", 6), "abcdef");
+        assert_eq!(tail("abcdefgh", 6), "…fgh");
+        assert_eq!(tail("bbbbééa", 6), "…éa");
+        assert_eq!(tail("bbbééaa", 6), "…aa");
+    }
+}
