@@ -147,6 +147,25 @@ mod tests {
     }
 
     #[test]
+    fn the_roles_granting_port_forward_are_those_with_a_rule_that_allows_it() {
+        let forwarder = vec![
+            rule(&[""], &["pods"], &["get"], &[]),
+            rule(&[""], &["pods/portforward"], &["create"], &[]),
+        ];
+        let reader = vec![rule(&[""], &["pods", "pods/log"], &["get", "list"], &[])];
+        let roles = [
+            ("forwarder".to_owned(), Some(&forwarder)),
+            ("reader".to_owned(), Some(&reader)),
+            // An aggregated ClusterRole the controller has not filled yet has no rules.
+            ("unfilled".to_owned(), None),
+        ];
+        assert_eq!(
+            granting(roles.into_iter()),
+            BTreeSet::from(["forwarder".to_owned()])
+        );
+    }
+
+    #[test]
     fn subjects_are_named_with_their_kind_and_accounts_with_their_namespace() {
         let subject = |kind: &str, name: &str, ns: Option<&str>| Subject {
             kind: kind.into(),
