@@ -287,26 +287,23 @@ fn reporting_breaks<K>(
     watch: &'static str,
 ) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
     let mut health = WatchHealth::default();
-    move |event| match health.read(event) {
-        WatchNews::Broke => {
-            let error = event.as_ref().err().map(ToString::to_string);
-            tracing::warn!(
+    move |event| {
+        let error = event.as_ref().err().map(tracing::field::display);
+        match health.read(event) {
+            WatchNews::Broke => tracing::warn!(
                 watch,
                 error,
                 retry_within = ?WATCH_MAX_DELAY,
                 "a watch broke; retrying until the API answers"
-            );
+            ),
+            WatchNews::StillBroken => tracing::debug!(watch, error, "a watch is still broken"),
+            WatchNews::Expired => tracing::info!(
+                watch,
+                "a watch's place in the API's history expired (410 Gone); listing again"
+            ),
+            WatchNews::Back => tracing::info!(watch, "a watch is back; listing again"),
+            WatchNews::Nothing => {}
         }
-        WatchNews::StillBroken => {
-            let error = event.as_ref().err().map(ToString::to_string);
-            tracing::debug!(watch, error, "a watch is still broken");
-        }
-        WatchNews::Expired => tracing::info!(
-            watch,
-            "a watch's place in the API's history expired (410 Gone); listing again"
-        ),
-        WatchNews::Back => tracing::info!(watch, "a watch is back; listing again"),
-        WatchNews::Nothing => {}
     }
 }
 

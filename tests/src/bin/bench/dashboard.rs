@@ -15,8 +15,8 @@ use sentry_tenants_tests::dashboard::{
 };
 use tower::ServiceExt;
 
-use crate::figure;
 use crate::report::{Goal, Section};
+use crate::{Timings, figure};
 
 /// The overview and tenants pages rendered every time, p50 against the static copy: at most this.
 const DEFEATED_P50_GOAL: f64 = 5.0;
@@ -70,7 +70,7 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
             // so a ratio pairs two loads that shared the machine's state, and the spread of the
             // static copy over the rounds says how far noise alone moves the baseline.
             let mut fixed = Vec::new();
-            let mut dynamic: [Vec<Load>; 3] = Default::default();
+            let mut dynamic: [Vec<Load>; CACHES.len()] = Default::default();
             for _ in 0..ROUNDS {
                 fixed.push(load(&format!("{base}/static/{i}.html"), Cache::Used, encoding).await);
                 for (k, cache) in CACHES.into_iter().enumerate() {
@@ -85,7 +85,7 @@ pub async fn measure(c: &Cluster, n: usize) -> Section {
             figures.push(
                 figure(
                     format!("{label}{enc}: static copy p50, spread over the rounds"),
-                    spread(&fixed_p50),
+                    Timings::of(&fixed_p50).spread(),
                     "×",
                 )
                 .note(format!(
@@ -197,13 +197,6 @@ impl Stat {
 /// The middle value (of an odd count; the upper middle of an even one).
 fn median(values: &[f64]) -> f64 {
     crate::sse::percentile(values, 50.0)
-}
-
-/// Slowest / fastest.
-fn spread(values: &[f64]) -> f64 {
-    let max = values.iter().copied().fold(f64::MIN, f64::max);
-    let min = values.iter().copied().fold(f64::MAX, f64::min);
-    max / min
 }
 
 fn ms_list(values: &[f64]) -> String {
@@ -378,7 +371,7 @@ mod tests {
     #[test]
     fn a_rounds_figure_is_its_median_and_the_baselines_spread_is_slowest_over_fastest() {
         assert_eq!(median(&[0.5, 0.18, 0.3]), 0.3);
-        assert_eq!(spread(&[0.5, 0.2, 0.3]), 2.5);
+        assert_eq!(Timings::of(&[0.5, 0.2, 0.3]).spread(), 2.5);
         assert_eq!(ms_list(&[0.123, 2.0]), "0.12, 2.00 ms");
         assert_eq!(ratio_list(&[4.494, 5.0]), "4.49×, 5.00×");
     }

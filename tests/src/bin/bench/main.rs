@@ -207,6 +207,14 @@ pub struct Timings {
 }
 
 impl Timings {
+    /// The fastest and the slowest of `values` (durations, or any figure where lower is better).
+    pub fn of(values: &[f64]) -> Self {
+        Self {
+            best: values.iter().copied().fold(f64::INFINITY, f64::min),
+            worst: values.iter().copied().fold(0.0, f64::max),
+        }
+    }
+
     /// Slowest / fastest: how far one repetition can be from another on this machine now. A baseline
     /// whose spread is wide makes every ratio against it noise.
     pub fn spread(&self) -> f64 {
