@@ -337,3 +337,140 @@ async fn installed_and_rolled_out(c: &Cluster) -> sentry_tenants::install::Insta
         () = c.play_deployment_controller() => unreachable!("plays the controller until the install ends"),
     }
 }
+
+/// `install`'s "who can act through the dashboard" list, read off RBAC objects in the in-memory
+/// API: a binding counts when the role it names (a Role in the namespace, or a ClusterRole) grants
+/// port-forward; RoleBindings elsewhere and roles that do not grant it are left out. The cluster
+/// tier proves the same against the built-in roles of a real apiserver.
+#[tokio::test]
+async fn who_can_port_forward_is_read_off_the_roles_and_their_bindings() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use sentry_tenants::install::who_can::port_forwarders;
+    use serde_json::json;
+
+    let c = Cluster::new().await;
+    let forward =
+        json!([{"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]}]);
+    let read = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]);
+    let everything = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+    let pp = PostParams::default();
+    let cluster_roles: Api<ClusterRole> = Api::all(c.admin.clone());
+    for (name, rules) in [
+        ("admin-all", &everything),
+        ("forwarder", &forward),
+        ("viewer", &read),
+    ] {
+        let role = json!({"metadata": {"name": name}, "rules": rules});
+        cluster_roles
+            .create(&pp, &serde_json::from_value(role).unwrap())
+            .await
+            .unwrap();
+    }
+    // A Role that shares a granting ClusterRole's name but does not grant: the binding's kind decides.
+    for (ns, name, rules) in [
+        (NS, "forwarder-ns", &forward),
+        (NS, "forwarder", &read),
+        ("other", "forwarder-ns", &forward),
+    ] {
+        let role = json!({"metadata": {"name": name, "namespace": ns}, "rules": rules});
+        Api::<Role>::namespaced(c.admin.clone(), ns)
+            .create(&pp, &serde_json::from_value(role).unwrap())
+            .await
+            .unwrap();
+    }
+    let subject = |kind: &str, name: &str| match kind {
+        "ServiceAccount" => json!({"kind": kind, "name": name}),
+        _ => json!({"kind": kind, "name": name, "apiGroup": "rbac.authorization.k8s.io"}),
+    };
+    let role_ref = |kind: &str, name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name});
+    for (name, role, subjects) in [
+        (
+            "root",
+            "admin-all",
+            json!([subject("Group", "system:masters")]),
+        ),
+        (
+            "forwarders",
+            "forwarder",
+            json!([subject("User", "alice"), subject("Group", "ops")]),
+        ),
+        ("viewers", "viewer", json!([subject("User", "vera")])),
+    ] {
+        let binding = json!({"metadata": {"name": name}, "roleRef": role_ref("ClusterRole", role), "subjects": subjects});
+        Api::<ClusterRoleBinding>::all(c.admin.clone())
+            .create(&pp, &serde_json::from_value(binding).unwrap())
+            .await
+            .unwrap();
+    }
+    for (ns, name, kind, role, who) in [
+        (
+            NS,
+            "helper",
+            "ClusterRole",
+            "forwarder",
+            subject("ServiceAccount", "helper"),
+        ),
+        (
+            NS,
+            "alice-too",
+            "Role",
+            "forwarder-ns",
+            subject("User", "alice"),
+        ),
+        (
+            NS,
+            "not-a-forwarder",
+            "Role",
+            "forwarder",
+            subject("User", "mallory"),
+        ),
+        (
+            NS,
+            "viewer",
+            "ClusterRole",
+            "viewer",
+            subject("User", "vera"),
+        ),
+        (
+            "other",
+            "elsewhere",
+            "Role",
+            "forwarder-ns",
+            subject("User", "olga"),
+        ),
+        (
+            "other",
+            "elsewhere-too",
+            "ClusterRole",
+            "forwarder",
+            subject("User", "oscar"),
+        ),
+    ] {
+        let binding = json!({"metadata": {"name": name, "namespace": ns}, "roleRef": role_ref(kind, role), "subjects": [who]});
+        Api::<RoleBinding>::namespaced(c.admin.clone(), ns)
+            .create(&pp, &serde_json::from_value(binding).unwrap())
+            .await
+            .unwrap();
+    }
+
+    let who = port_forwarders(&c.admin, NS).await.unwrap();
+    let expected: BTreeMap<String, std::collections::BTreeSet<String>> = [
+        ("Group system:masters", vec!["ClusterRoleBinding root"]),
+        ("Group ops", vec!["ClusterRoleBinding forwarders"]),
+        (
+            "User alice",
+            vec![
+                "ClusterRoleBinding forwarders",
+                "RoleBinding sentry-tenants/alice-too",
+            ],
+        ),
+        (
+            "ServiceAccount sentry-tenants/helper",
+            vec!["RoleBinding sentry-tenants/helper"],
+        ),
+    ]
+    .into_iter()
+    .map(|(who, via)| (who.to_owned(), via.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(who, expected);
+}
