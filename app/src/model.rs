@@ -17,15 +17,21 @@ pub struct TenantRow {
     /// RFC 3339.
     pub created: Option<String>,
     pub suspended: bool,
+    /// A Provision run exists that has not finished.
+    pub provisioning: bool,
+    /// `spec.reclaimPolicy`: "Retain" or "Delete", what deleting the tenant does in ClickHouse.
+    pub reclaim_policy: String,
+}
+
+/// What the tenant's own page shows beyond its row. Not in [`TenantRow`]: a list builds, keys and
+/// compares fifty rows per render, and none of this is on them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TenantFacts {
     /// ClickHouse logins as the `AccessLocked` condition says: "locked", "allowed", "locking…",
     /// "unlocking…", "lock failed", "unlock failed"; "—" before provisioning.
     pub logins: String,
-    /// A Provision run exists that has not finished.
-    pub provisioning: bool,
     /// `spec.provisioning`: "Automatic" (the operator starts Provision runs) or "Manual".
     pub provisioning_policy: String,
-    /// `spec.reclaimPolicy`: "Retain" or "Delete", what deleting the tenant does in ClickHouse.
-    pub reclaim_policy: String,
     /// `spec.limits`.
     pub limits: crate::limits::Limits,
     /// Where the limits stand, from the `LimitsEnforced` condition: "enforced", "applying…", "apply
@@ -137,6 +143,7 @@ pub struct EventView {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct TenantDetail {
     pub tenant: TenantRow,
+    pub facts: TenantFacts,
     /// Copies of the credentials in other namespaces: where, and how each stands — never a value.
     pub copies: Vec<CopyView>,
     pub conditions: Vec<ConditionView>,
@@ -538,15 +545,8 @@ mod tests {
             secret_name: None,
             created: None,
             suspended: false,
-            logins: "—".into(),
             provisioning: false,
-            provisioning_policy: "Automatic".into(),
             reclaim_policy: "Retain".into(),
-            limits: Default::default(),
-            limits_state: "—".into(),
-            clickhouse_generation: "—".into(),
-            credentials: "never rotated".into(),
-            deletion: None,
         };
         assert!(row.can_provision() && row.can_suspend() && !row.can_resume());
         assert_eq!(row.provision_label(), "Provision");

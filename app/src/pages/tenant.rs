@@ -38,6 +38,7 @@ pub fn TenantPage() -> impl IntoView {
                             }.into_any();
                         };
                         let t = d.tenant.clone();
+                        let f = d.facts.clone();
                         let may = meta.may;
                         view! {
                             <div class="title-row">
@@ -52,13 +53,13 @@ pub fn TenantPage() -> impl IntoView {
                                 <dt>"Ready"</dt><dd><ReadyCell ready=t.ready reason=t.ready_reason.clone() message=t.ready_message.clone()/> " " <span class="muted">{t.ready_message.clone()}</span></dd>
                                 <dt>"Database"</dt><dd><code>{t.database.clone().unwrap_or_else(|| "—".into())}</code></dd>
                                 <dt>"Credentials Secret"</dt><dd><code>{t.secret_name.clone().unwrap_or_else(|| "—".into())}</code></dd>
-                                <dt>"Logins"</dt><dd>{t.logins.clone()}</dd>
-                                <dt>"Provisioning"</dt><dd>{t.provisioning_policy.clone()}</dd>
+                                <dt>"Logins"</dt><dd>{f.logins.clone()}</dd>
+                                <dt>"Provisioning"</dt><dd>{f.provisioning_policy.clone()}</dd>
                                 <dt>"When deleted"</dt><dd>{t.reclaim_policy.clone()}</dd>
-                                <dt>"Limits"</dt><dd>{t.limits.describe()} " " <span class="muted">"(" {t.limits_state.clone()} ")"</span></dd>
-                                <dt>"ClickHouse reflects"</dt><dd>{t.clickhouse_generation.clone()}</dd>
-                                <dt>"Credentials"</dt><dd>{t.credentials.clone()}</dd>
-                                {t.deletion.clone().map(|d| view! { <dt>"Deletion"</dt><dd>{d}</dd> })}
+                                <dt>"Limits"</dt><dd>{f.limits.describe()} " " <span class="muted">"(" {f.limits_state.clone()} ")"</span></dd>
+                                <dt>"ClickHouse reflects"</dt><dd>{f.clickhouse_generation.clone()}</dd>
+                                <dt>"Credentials"</dt><dd>{f.credentials.clone()}</dd>
+                                {f.deletion.clone().map(|d| view! { <dt>"Deletion"</dt><dd>{d}</dd> })}
                             </dl>
                             {(may.change && t.can_change_limits()).then(|| {
                                 let page = format!("/tenants/{}", t.name);
@@ -68,7 +69,7 @@ pub fn TenantPage() -> impl IntoView {
                                     let initial = if LIMIT_FIELDS.iter().any(|f| q.get(f).is_some()) {
                                         LIMIT_FIELDS.map(|f| q.get(f).unwrap_or_default())
                                     } else {
-                                        limits_fields(&t.limits)
+                                        limits_fields(&f.limits)
                                     };
                                     view! {
                                         <div class="edit-limits" role="group" aria-label="Change limits">

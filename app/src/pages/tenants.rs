@@ -104,20 +104,21 @@ fn rows_html(rows: Vec<TenantRow>, meta: &Meta, may: Allowed, here: &str) -> Str
         .into();
     let here: Arc<str> = here.into();
     let now = meta.server_now.parse().ok();
-    let mut html = String::new();
-    for row in rows {
-        let key = RowKey {
-            age: age_at(row.created.as_deref(), now),
-            row,
-            may,
-            here: here.clone(),
-            session: session.clone(),
-        };
-        html.push_str(&fragments::row(kept.as_ref(), key, |key| {
-            row_html(key, &meta.server_now)
-        }));
-    }
-    html
+    let pieces: Vec<Arc<str>> = rows
+        .into_iter()
+        .map(|row| {
+            let key = RowKey {
+                age: age_at(row.created.as_deref(), now),
+                row,
+                may,
+                here: here.clone(),
+                session: session.clone(),
+            };
+            fragments::row(kept.as_ref(), key, |key| row_html(key, &meta.server_now))
+        })
+        .collect();
+    // Fifty rows are most of the page's bytes: copied once, into a string of the right size.
+    pieces.concat()
 }
 
 fn row_html(key: &RowKey, now: &str) -> String {

@@ -15,7 +15,7 @@ use kube::{Client, ResourceExt};
 use sentry_tenants_app::api::{Backend, BoxFuture, TenantQuery};
 use sentry_tenants_app::model::{
     ConditionView, CopyView, EventView, HistoryView, Meta, Overview, PAGE_SIZE, Page, PageWindow,
-    PhaseCount, RunDetail, RunRow, TENANT_PHASES, TenantDetail, TenantRow,
+    PhaseCount, RunDetail, RunRow, TENANT_PHASES, TenantDetail, TenantFacts, TenantRow,
 };
 
 use super::actions::ActingAs;
@@ -77,41 +77,52 @@ impl ClusterBackend {
             Err(_) => self.tenant_object(name).await,
         }
     }
+}
 
-    pub fn tenant_row(&self, t: &Tenant, busy: Busy) -> TenantRow {
-        let status = t.status.as_ref();
-        let condition =
-            |type_: &str| status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
-        let ready = condition("Ready");
-        let phase = t.phase().unwrap_or(TenantPhase::Pending);
-        TenantRow {
-            provisioning: busy.provision,
-            provisioning_policy: t.spec.provisioning.as_str().to_owned(),
-            reclaim_policy: t.spec.reclaim_policy.as_str().to_owned(),
-            name: t.name_any(),
-            display_name: t.spec.display_name.clone(),
-            phase: phase.as_str().to_owned(),
-            ready: ready.is_some_and(|c| c.status == "True"),
-            ready_reason: ready
-                .map(|c| c.reason.clone())
-                .unwrap_or_else(|| phase.as_str().to_owned()),
-            ready_message: ready.map(|c| c.message.clone()).unwrap_or_default(),
-            database: status
-                .and_then(|s| s.click_house_database_name.clone())
-                .filter(|d| !d.is_empty()),
-            secret_name: status
-                .and_then(|s| s.click_house_secret_ref.as_ref().map(|r| r.name.clone())),
-            created: t.metadata.creation_timestamp.as_ref().map(time),
-            suspended: t.spec.suspended,
-            logins: logins(condition("AccessLocked")),
-            limits: (&t.spec.limits()).into(),
-            limits_state: limits_state(condition("LimitsEnforced")),
-            clickhouse_generation: clickhouse_generation(t),
-            credentials: credentials(t, busy.rotate),
-            deletion: (phase == TenantPhase::Terminating)
-                .then(|| condition("Reclaimed").map(|c| c.message.clone()))
-                .flatten(),
-        }
+/// Whether a condition of `type_` is on the tenant's status, and which.
+fn condition<'a>(t: &'a Tenant, type_: &str) -> Option<&'a Condition> {
+    let status = t.status.as_ref()?;
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The tenant as a list shows it.
+fn tenant_row(t: &Tenant, busy: Busy) -> TenantRow {
+    let status = t.status.as_ref();
+    let ready = condition(t, "Ready");
+    let phase = t.phase().unwrap_or(TenantPhase::Pending);
+    TenantRow {
+        provisioning: busy.provision,
+        reclaim_policy: t.spec.reclaim_policy.as_str().to_owned(),
+        name: t.name_any(),
+        display_name: t.spec.display_name.clone(),
+        phase: phase.as_str().to_owned(),
+        ready: ready.is_some_and(|c| c.status == "True"),
+        ready_reason: ready
+            .map(|c| c.reason.clone())
+            .unwrap_or_else(|| phase.as_str().to_owned()),
+        ready_message: ready.map(|c| c.message.clone()).unwrap_or_default(),
+        database: status
+            .and_then(|s| s.click_house_database_name.clone())
+            .filter(|d| !d.is_empty()),
+        secret_name: status.and_then(|s| s.click_house_secret_ref.as_ref().map(|r| r.name.clone())),
+        created: t.metadata.creation_timestamp.as_ref().map(time),
+        suspended: t.spec.suspended,
+    }
+}
+
+/// What the tenant's own page shows beyond its row.
+fn tenant_facts(t: &Tenant, busy: Busy) -> TenantFacts {
+    let terminating = t.phase() == Some(TenantPhase::Terminating);
+    TenantFacts {
+        logins: logins(condition(t, "AccessLocked")),
+        provisioning_policy: t.spec.provisioning.as_str().to_owned(),
+        limits: (&t.spec.limits()).into(),
+        limits_state: limits_state(condition(t, "LimitsEnforced")),
+        clickhouse_generation: clickhouse_generation(t),
+        credentials: credentials(t, busy.rotate),
+        deletion: terminating
+            .then(|| condition(t, "Reclaimed").map(|c| c.message.clone()))
+            .flatten(),
     }
 }
 
@@ -336,7 +347,7 @@ impl Backend for ClusterBackend {
                     .tenants
                     .get(&ObjectRef::new(name).within(&self.namespace))?;
                 let busy = Busy::of(&self.stores.runs_of(&self.namespace, name));
-                Some(self.tenant_row(&t, busy))
+                Some(tenant_row(&t, busy))
             })
             .collect();
         window.page(rows, listing.matched, listing.total)
@@ -364,7 +375,8 @@ impl Backend for ClusterBackend {
             newest_first(&mut runs);
             let status = t.status.clone().unwrap_or_default();
             Some(TenantDetail {
-                tenant: self.tenant_row(&t, Busy::of(&runs)),
+                tenant: tenant_row(&t, Busy::of(&runs)),
+                facts: tenant_facts(&t, Busy::of(&runs)),
                 copies: copy_views(&t),
                 conditions: status
                     .conditions
