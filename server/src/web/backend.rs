@@ -79,7 +79,7 @@ impl ClusterBackend {
     }
 }
 
-/// Whether a condition of `type_` is on the tenant's status, and which.
+/// The tenant's condition of `type_`, if its status has one.
 fn condition<'a>(t: &'a Tenant, type_: &str) -> Option<&'a Condition> {
     let status = t.status.as_ref()?;
     status.conditions.iter().find(|c| c.type_ == type_)
@@ -373,10 +373,11 @@ impl Backend for ClusterBackend {
             let t = self.tenant_with_log_tails(&name).await?;
             let mut runs = self.stores.runs_of(&self.namespace, &name);
             newest_first(&mut runs);
+            let busy = Busy::of(&runs);
             let status = t.status.clone().unwrap_or_default();
             Some(TenantDetail {
-                tenant: tenant_row(&t, Busy::of(&runs)),
-                facts: tenant_facts(&t, Busy::of(&runs)),
+                tenant: tenant_row(&t, busy),
+                facts: tenant_facts(&t, busy),
                 copies: copy_views(&t),
                 conditions: status
                     .conditions
