@@ -353,7 +353,17 @@ async fn who_can_port_forward_is_read_off_the_roles_and_their_bindings() {
         json!([{"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]}]);
     let read = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]);
     let everything = json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
-    let pp = PostParams::default();
+    async fn create<K>(api: &Api<K>, object: serde_json::Value)
+    where
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + serde::Serialize,
+    {
+        let object: K = serde_json::from_value(object).unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
     let cluster_roles: Api<ClusterRole> = Api::all(c.admin.clone());
     for (name, rules) in [
         ("admin-all", &everything),
@@ -361,10 +371,7 @@ async fn who_can_port_forward_is_read_off_the_roles_and_their_bindings() {
         ("viewer", &read),
     ] {
         let role = json!({"metadata": {"name": name}, "rules": rules});
-        cluster_roles
-            .create(&pp, &serde_json::from_value(role).unwrap())
-            .await
-            .unwrap();
+        create(&cluster_roles, role).await;
     }
     // A Role that shares a granting ClusterRole's name but does not grant: the binding's kind decides.
     for (ns, name, rules) in [
@@ -373,10 +380,7 @@ async fn who_can_port_forward_is_read_off_the_roles_and_their_bindings() {
         ("other", "forwarder-ns", &forward),
     ] {
         let role = json!({"metadata": {"name": name, "namespace": ns}, "rules": rules});
-        Api::<Role>::namespaced(c.admin.clone(), ns)
-            .create(&pp, &serde_json::from_value(role).unwrap())
-            .await
-            .unwrap();
+        create(&Api::<Role>::namespaced(c.admin.clone(), ns), role).await;
     }
     let subject = |kind: &str, name: &str| match kind {
         "ServiceAccount" => json!({"kind": kind, "name": name}),
@@ -397,10 +401,7 @@ async fn who_can_port_forward_is_read_off_the_roles_and_their_bindings() {
         ("viewers", "viewer", json!([subject("User", "vera")])),
     ] {
         let binding = json!({"metadata": {"name": name}, "roleRef": role_ref("ClusterRole", role), "subjects": subjects});
-        Api::<ClusterRoleBinding>::all(c.admin.clone())
-            .create(&pp, &serde_json::from_value(binding).unwrap())
-            .await
-            .unwrap();
+        create(&Api::<ClusterRoleBinding>::all(c.admin.clone()), binding).await;
     }
     for (ns, name, kind, role, who) in [
         (
@@ -447,10 +448,11 @@ async fn who_can_port_forward_is_read_off_the_roles_and_their_bindings() {
         ),
     ] {
         let binding = json!({"metadata": {"name": name, "namespace": ns}, "roleRef": role_ref(kind, role), "subjects": [who]});
-        Api::<RoleBinding>::namespaced(c.admin.clone(), ns)
-            .create(&pp, &serde_json::from_value(binding).unwrap())
-            .await
-            .unwrap();
+        create(
+            &Api::<RoleBinding>::namespaced(c.admin.clone(), ns),
+            binding,
+        )
+        .await;
     }
 
     let who = port_forwarders(&c.admin, NS).await.unwrap();
