@@ -514,13 +514,26 @@ impl ControlPlane {
     /// This host's address as the pods reach it (the host's end of the node's link, `scripts/cluster.sh`):
     /// where servers the tests start listen for the pods.
     pub fn host_address(&self) -> String {
+        format!("10.245.{}.1", self.subnet())
+    }
+
+    /// The number `scripts/cluster.sh` gave this cluster: its node's subnet, network namespace and cgroups.
+    fn subnet(&self) -> String {
         let x = std::fs::read_to_string(self.dir.join("subnet")).unwrap_or_else(|e| {
             panic!(
                 "{}/subnet: {e} (is this cluster started by scripts/cluster.sh?)",
                 self.dir.display()
             )
         });
-        format!("10.245.{}.1", x.trim())
+        x.trim().to_owned()
+    }
+
+    /// The node's cgroup in `controller`'s (cgroup v1) hierarchy: the kubelet's pods under `kubepods`,
+    /// containerd with its shims under `containerd` (`scripts/cluster.sh`).
+    pub fn node_cgroup(&self, controller: &str) -> PathBuf {
+        Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(format!("sentry-tenants-st{}", self.subnet()))
     }
 
     /// Tells the node's containerd to pull from `registry` (`host:port`) over TLS verified by the CA
@@ -542,8 +555,7 @@ impl ControlPlane {
     /// Runs containerd's `ctr` against the node's containerd, in the CRI's namespace (`k8s.io`, the
     /// images the kubelet runs); its stdout.
     pub fn ctr(&self, args: &[&str]) -> String {
-        let x = std::fs::read_to_string(self.dir.join("subnet")).expect("the cluster's subnet");
-        let socket = format!("/run/sentry-tenants/st{}/containerd.sock", x.trim());
+        let socket = format!("/run/sentry-tenants/st{}/containerd.sock", self.subnet());
         let out = Command::new(self.bin("ctr"))
             .args(["--address", &socket, "--namespace", "k8s.io"])
             .args(args)

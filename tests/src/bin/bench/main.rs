@@ -5,6 +5,7 @@
 //! `bench memory-probe <file> <n>` is the memory section's child process (a clean heap to measure).
 
 mod cluster;
+mod cpu;
 mod dashboard;
 mod insights;
 mod install;

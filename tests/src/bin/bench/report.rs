@@ -101,6 +101,11 @@ pub struct Machine {
     pub rustc: String,
 }
 
+/// The cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Machine {
     fn read() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -125,7 +130,7 @@ impl Machine {
         };
         Self {
             cpu,
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cores: cores(),
             memory_gib: (kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
             kernel: run("uname", "-r"),
             rustc: run("rustc", "--version"),
