@@ -695,10 +695,15 @@ pub async fn flood() -> Section {
             "the cap ({DEFAULT_MAX_CONCURRENT_RUNS} runs in flight) queues the burst on purpose — it keeps the \
              apiserver's 429s, the node's pods and ClickHouse's sessions bounded (see below) — so the tenant at \
              the 95th percentile waits behind {:.0} rounds of {DEFAULT_MAX_CONCURRENT_RUNS} runs; and the \
-             machine's cores bound the burst before the cap does (busy {:.1} % of the time, below): the \
-             throughput is set against both ideals, next",
+             machine's cores were busy {:.1} % of the time (below){}: the throughput is set against both \
+             ideals, next",
             0.95 * FLOOD as f64 / f64::from(DEFAULT_MAX_CONCURRENT_RUNS),
-            100.0 * burst_cpu.share_busy
+            100.0 * burst_cpu.share_busy,
+            if burst_cpu.share_busy >= 0.9 {
+                ", so they bound the burst before the cap did"
+            } else {
+                ""
+            }
         )),
         figure(
             "tenants Active per second against the cap's ideal",
