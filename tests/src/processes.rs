@@ -132,14 +132,18 @@ pub fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// `(state, parent pid)` from a `/proc/<pid>/stat` line (the command name in parentheses may hold
-/// spaces and parentheses itself, so the fields are read after the last `)`).
+/// `(state, parent pid)` from a `/proc/<pid>/stat` line.
 fn stat_fields(stat: &str) -> Option<(char, u32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
+    let mut fields = fields_after_command(stat)?;
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;
     Some((state, parent))
+}
+
+/// The fields of a `/proc/<pid>/stat` line after the command name, from the state (the 3rd field) on:
+/// the name in parentheses may hold spaces and parentheses itself, so they are read after the last `)`.
+pub fn fields_after_command(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
 }
 
 fn pids() -> impl Iterator<Item = u32> {

@@ -57,12 +57,12 @@ fn process_seconds(pid: &str) -> f64 {
         .map_or(0.0, |stat| process_ticks(&stat) / ticks_per_second())
 }
 
-/// utime + stime + cutime + cstime of a `/proc/<pid>/stat` line: its 14th to 17th fields, counted
-/// after the command's closing parenthesis since the command may hold spaces and parentheses.
+/// utime + stime + cutime + cstime of a `/proc/<pid>/stat` line: its 14th to 17th fields.
 fn process_ticks(stat: &str) -> f64 {
-    let after = &stat[stat.rfind(')').expect("(comm)") + 1..];
-    after.split_whitespace().collect::<Vec<_>>()[11..15]
-        .iter()
+    sentry_tenants_tests::processes::fields_after_command(stat)
+        .expect("(comm)")
+        .skip(11)
+        .take(4)
         .map(|t| t.parse::<f64>().expect("a tick count"))
         .sum()
 }
