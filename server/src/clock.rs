@@ -39,3 +39,20 @@ impl std::fmt::Debug for Clock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manual clock prints the time it stands at: the structs that derive Debug around it show it in a
+    /// failing test's message.
+    #[test]
+    fn debug_text_names_the_clock_and_a_manual_clocks_time() {
+        let at: Timestamp = "2026-03-04T05:06:07Z".parse().unwrap();
+        assert_eq!(
+            format!("{:?}", Clock::manual(at)),
+            "Clock::Manual(2026-03-04T05:06:07Z)"
+        );
+        assert_eq!(format!("{:?}", Clock::System), "Clock::System");
+    }
+}

@@ -19,6 +19,7 @@ mod installer;
 mod leader_election;
 mod limits;
 mod operator_process;
+mod permissions;
 mod provisioner;
 mod reclaim;
 mod run_cap;
