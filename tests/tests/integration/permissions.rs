@@ -13,12 +13,15 @@ use sentry_tenants_tests::{Cluster, NS, status_body};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+/// A review as asked: verb, resource, group, namespace.
+type Asked = (String, String, String, String);
+
 /// The `(verb, resource)` pairs of group `sentry.io` in [`NS`] the account is granted, as RBAC would
 /// hold them; every review asked is recorded.
 #[derive(Clone, Default)]
 struct Authorizer {
     granted: Arc<Mutex<BTreeSet<(String, String)>>>,
-    asked: Arc<Mutex<Vec<(String, String, String, String)>>>,
+    asked: Arc<Mutex<Vec<Asked>>>,
 }
 
 impl Authorizer {
@@ -88,7 +91,7 @@ async fn each_action_kind_shows_as_its_own_permission_allows() {
     );
     let mut asked = authorizer.asked.lock().unwrap().clone();
     asked.sort();
-    let expected: Vec<_> = [
+    let expected: Vec<Asked> = [
         ("create", "runjobs"),
         ("create", "tenants"),
         ("delete", "tenants"),
