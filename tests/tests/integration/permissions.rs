@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::Method;
 use sentry_tenants::web::permissions::{Permissions, review, who_am_i};
 use sentry_tenants_app::model::Allowed;
+use sentry_tenants_tests::control_plane::wait_until;
 use sentry_tenants_tests::{Cluster, NS, status_body};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -148,19 +149,11 @@ async fn a_grant_taken_away_hides_its_button_at_the_next_review() {
         delete: false,
         ..first
     };
-    until(|| permissions.now() == after).await;
+    wait_until("the next review's answer", async || {
+        (permissions.now() == after).then_some(())
+    })
+    .await;
     shutdown.send_replace(true);
-}
-
-/// Waits until `done` holds; a refresh that never comes fails the test (after minutes, never on a
-/// loaded machine's slowness) instead of hanging the suite.
-async fn until(done: impl Fn() -> bool) {
-    let waited = tokio::time::timeout(Duration::from_secs(120), async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    });
-    waited.await.expect("the reviews to be asked again");
 }
 
 #[tokio::test]
