@@ -370,6 +370,11 @@ mod tests {
         );
         f.run_event(&Event::Apply(done.clone()));
         assert_eq!(hours(&f), [[1, 0], [0, 0], [0, 0]]);
+        assert_eq!(
+            f.recorded("ns", at(TEN).as_second(), 3),
+            0,
+            "a live run is no history record"
+        );
         let recorded = record(
             "u1",
             RunPhase::Succeeded,
@@ -384,6 +389,11 @@ mod tests {
             hours(&f),
             [[1, 0], [0, 0], [0, 0]],
             "cleaned up: its record keeps it"
+        );
+        assert_eq!(
+            f.recorded("ns", at(TEN).as_second(), 3),
+            1,
+            "the run's cleanup leaves its record recorded"
         );
         assert_eq!(f.durations("ns"), [(RunAction::Provision, vec![(90, 1)])]);
         f.tenant_event(&Event::Apply(tenant("acme", Vec::new())));
@@ -449,6 +459,23 @@ mod tests {
     }
 
     #[test]
+    fn recorded_counts_the_records_that_finished_inside_the_hours_asked() {
+        let f = FinishedRuns::default();
+        let r = |uid: &str, finished: &str| {
+            record(uid, RunPhase::Succeeded, "2026-12-02T09:00:00Z", finished)
+        };
+        let history = vec![
+            r("before", "2026-12-02T09:59:59Z"),
+            r("first", "2026-12-02T10:00:00Z"),
+            r("last", "2026-12-02T12:59:59Z"),
+            r("after", "2026-12-02T13:00:00Z"),
+        ];
+        f.tenant_event(&Event::Apply(tenant("acme", history)));
+        assert_eq!(f.recorded("ns", at(TEN).as_second(), 3), 2);
+        assert_eq!(f.recorded("ns", at(TEN).as_second(), 4), 3);
+    }
+
+    #[test]
     fn a_relist_replaces_a_source_whole_once_complete() {
         let f = FinishedRuns::default();
         let r = |uid: &str| {
@@ -466,6 +493,12 @@ mod tests {
             "beta",
             vec![r("u2"), r("u3"), r("u4")],
         )));
+        f.tenant_event(&Event::InitApply(tenant("fresh", Vec::new())));
+        assert_eq!(
+            f.lock().histories.relist.as_ref().map(HashMap::len),
+            Some(1),
+            "a relist holds only the objects that show finished runs (a fleet's worth of empty entries otherwise)"
+        );
         assert_eq!(hours(&f)[0], [2, 0], "not yet");
         f.tenant_event(&Event::InitDone);
         assert_eq!(hours(&f)[0], [3, 0], "acme gone, beta has three");
