@@ -479,6 +479,34 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_is_retrying_what_a_condition_names_by_its_type_and_retrying_reason() {
+        use crate::crd::condition::{ConditionStatus, set_condition};
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let mut conditions = Vec::new();
+        let mut set = |type_: &str, status: bool, reason: &str| {
+            let status = ConditionStatus::from(status);
+            set_condition(&mut conditions, type_, status, reason, "", None, now);
+        };
+        set("Reclaimed", false, "DeprovisionRetrying");
+        // A retrying reason under another condition's type, and a retrying type at rest.
+        set("Ready", false, "ApplyFailed");
+        set("LimitsEnforced", true, "Enforced");
+        set("CredentialsDelivered", false, "DeliveryFailed");
+        let tenant = Tenant {
+            metadata: Default::default(),
+            spec: TenantSpec::default(),
+            status: Some(TenantStatus {
+                conditions,
+                ..TenantStatus::default()
+            }),
+        };
+        let retrying: Vec<_> = tenant.retrying().collect();
+        assert_eq!(retrying, ["Reclaimed", "CredentialsDelivered"]);
+        let fresh = Tenant::new("fresh", TenantSpec::default());
+        assert_eq!(fresh.retrying().count(), 0, "no status, nothing retried");
+    }
+
+    #[test]
     fn a_limits_merge_patch_names_every_key_and_removes_the_field_when_empty() {
         let some = TenantLimits {
             max_execution_seconds: Some(30),
