@@ -18,7 +18,6 @@ pub mod pages;
 pub use sentry_tenants_core::{limits, names, text};
 
 use leptos::prelude::*;
-use leptos_meta::{Link, Meta, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{SsrMode, path};
 
@@ -33,12 +32,18 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     view! {
         <!DOCTYPE html>
         <html lang="en">
+            // The head is the same on every page, so it is written here rather than registered
+            // through leptos_meta: a registered tag makes the integration search the whole rendered
+            // page for the head's end and copy it, on every request.
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <title>"sentry-tenants"</title>
+                <meta name="description" content="Tenants, run jobs and provisioning"/>
+                <link rel="stylesheet" href="/assets/style.css"/>
+                <link rel="icon" href="/assets/favicon.svg" type="image/svg+xml"/>
                 <AutoReload options=options.clone()/>
                 <HydrationScripts options islands=true/>
-                <leptos_meta::MetaTags/>
             </head>
             <body>
                 <App/>
@@ -49,12 +54,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 
 #[component]
 pub fn App() -> impl IntoView {
-    provide_meta_context();
     view! {
-        <Title text="sentry-tenants"/>
-        <Meta name="description" content="Tenants, run jobs and provisioning"/>
-        <Link rel="stylesheet" href="/assets/style.css"/>
-        <Link rel="icon" href="/assets/favicon.svg" type_="image/svg+xml"/>
         <Router>
             <Layout>
                 <Routes fallback=NotFound>

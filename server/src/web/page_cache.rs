@@ -153,18 +153,36 @@ enum Read {
 async fn read_at_most(body: Body, limit: usize) -> Read {
     use futures::StreamExt;
     let mut stream = body.into_data_stream();
-    let mut read = Vec::new();
+    // The chunks as they come (a rendered page is mostly one): joined once at the end, not copied
+    // into a buffer that grows and copies again as it goes.
+    let mut read: Vec<Bytes> = Vec::new();
+    let mut len = 0;
     while let Some(chunk) = stream.next().await {
         match chunk {
-            Ok(chunk) if read.len() + chunk.len() <= limit => read.extend_from_slice(&chunk),
+            Ok(chunk) if len + chunk.len() <= limit => {
+                len += chunk.len();
+                read.push(chunk);
+            }
             chunk => {
+                let head = futures::stream::iter(read.into_iter().map(Ok));
                 let rest = futures::stream::once(async { chunk }).chain(stream);
-                let head = futures::stream::once(async move { Ok(Bytes::from(read)) });
                 return Read::PassOn(Body::from_stream(head.chain(rest)));
             }
         }
     }
-    Read::Whole(Bytes::from(read))
+    Read::Whole(joined(read, len))
+}
+
+/// `chunks` as one, of `len` bytes: a single chunk as it is, several copied once.
+fn joined(mut chunks: Vec<Bytes>, len: usize) -> Bytes {
+    if chunks.len() == 1 {
+        return chunks.pop().unwrap_or_default();
+    }
+    let mut whole = Vec::with_capacity(len);
+    for chunk in &chunks {
+        whole.extend_from_slice(chunk);
+    }
+    whole.into()
 }
 
 /// The nonce a rendered page's CSP allows (`'nonce-…'`).
@@ -321,6 +339,26 @@ mod tests {
             2,
             "rendered every time"
         );
+    }
+
+    /// A body in several chunks (as a streamed render sends it) is read whole and in order, whether
+    /// it is kept or, past the limit, passed on.
+    #[tokio::test]
+    async fn a_page_in_chunks_is_read_whole_kept_or_passed_on() {
+        use http_body_util::BodyExt;
+        let body = || {
+            let chunks = ["<p>ab", "c", "de</p>"].map(|c| Ok::<_, std::io::Error>(Bytes::from(c)));
+            Body::from_stream(futures::stream::iter(chunks))
+        };
+        let Read::Whole(kept) = read_at_most(body(), 64).await else {
+            panic!("12 bytes are within a limit of 64");
+        };
+        assert_eq!(kept, "<p>abcde</p>");
+        let Read::PassOn(passed) = read_at_most(body(), 6).await else {
+            panic!("12 bytes are past a limit of 6");
+        };
+        let passed = passed.collect().await.unwrap().to_bytes();
+        assert_eq!(passed, "<p>abcde</p>", "what was read, then the rest");
     }
 
     #[test]
