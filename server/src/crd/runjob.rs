@@ -252,3 +252,64 @@ impl RunJob {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::crd::{Tenant, TenantSpec};
+
+    fn owner(kind: &str, uid: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            name: "acme".into(),
+            uid: uid.into(),
+            ..OwnerReference::default()
+        }
+    }
+
+    fn run(owners: Vec<OwnerReference>, label: Option<&str>) -> RunJob {
+        let labels =
+            label.map(|uid| [(crate::labels::TENANT_UID.to_owned(), uid.to_owned())].into());
+        RunJob {
+            metadata: ObjectMeta {
+                name: Some("acme-provision-1".into()),
+                owner_references: Some(owners),
+                labels,
+                ..ObjectMeta::default()
+            },
+            spec: RunJobSpec::new("acme", RunAction::Provision),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn a_run_is_for_the_tenant_its_tenant_owner_or_else_its_label_names() {
+        let mut tenant = Tenant::new("acme", TenantSpec::default());
+        tenant.metadata.uid = Some("u-now".into());
+        // Only the Tenant owner counts, wherever it stands among the owners.
+        let other_then_tenant = run(
+            vec![owner("ConfigMap", "u-cm"), owner("Tenant", "u-now")],
+            None,
+        );
+        assert!(other_then_tenant.is_for(&tenant));
+        let earlier = run(
+            vec![owner("ConfigMap", "u-now"), owner("Tenant", "u-before")],
+            None,
+        );
+        assert!(
+            !earlier.is_for(&tenant),
+            "made for an earlier tenant of the name"
+        );
+        // No Tenant owner: the label decides, whatever other owners say.
+        assert!(run(vec![owner("ConfigMap", "u-cm")], Some("u-now")).is_for(&tenant));
+        assert!(!run(vec![owner("ConfigMap", "u-now")], Some("u-before")).is_for(&tenant));
+        assert!(
+            run(Vec::new(), None).is_for(&tenant),
+            "made by hand: by name"
+        );
+    }
+}
