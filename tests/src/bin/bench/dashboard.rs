@@ -37,8 +37,9 @@ const ROUNDS: usize = 3;
 pub async fn measure(c: &Cluster, n: usize) -> Section {
     let title = format!("Dashboard, {n} tenants");
     if !wrk_available() {
-        return Section::new(title, vec![]).remark(
-            "Skipped: `wrk` is not installed (`bash scripts/bench.sh` installs it from Debian).",
+        return Section::not_measured(
+            title,
+            "`wrk` is not installed (`bash scripts/bench.sh` installs it from Debian)",
         );
     }
     let router = dashboard_router(c, false);

@@ -66,8 +66,12 @@ fn only(section: &str, scales: &[usize]) -> anyhow::Result<Vec<Section>> {
 /// the dashboard over it; `fleet` is dropped before the pages are loaded.
 async fn steady_state(fleet: sentry_tenants_tests::fleet::Fleet, n: usize) -> Vec<Section> {
     if !steady::copies_from(n) {
-        return vec![Section::new(format!("Steady state, {} tenants", steady::TENANTS), vec![]).remark(
-            format!("Skipped: copied from the largest scale's fleet, whose size must be a power of ten up to {}; it was {n}.", steady::TENANTS),
+        return vec![Section::not_measured(
+            format!("Steady state, {} tenants", steady::TENANTS),
+            format!(
+                "copied from the largest scale's fleet, whose size must be a power of ten up to {}; it was {n}",
+                steady::TENANTS
+            ),
         )];
     }
     eprintln!("bench: steady state at {} tenants", steady::TENANTS);
@@ -107,12 +111,16 @@ fn scaling(sections: &[Section], scales: &[usize]) -> Section {
             )
         })
         .collect::<Vec<_>>();
-    let remark = if figures.is_empty() {
-        "Not measured: the dashboard sections were skipped (see them).".to_owned()
-    } else {
-        format!("Read from the dashboard sections above at {small} and {large} tenants.")
-    };
-    Section::new("Dashboard, flat in the number of tenants", figures).remark(remark)
+    let title = "Dashboard, flat in the number of tenants";
+    if figures.is_empty() {
+        return Section::not_measured(
+            title,
+            "the dashboard sections it reads were not measured (see them)",
+        );
+    }
+    Section::new(title, figures).remark(format!(
+        "Read from the dashboard sections above at {small} and {large} tenants."
+    ))
 }
 
 /// Tenant counts the reconcile and dashboard sections run at.

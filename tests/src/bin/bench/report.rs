@@ -74,8 +74,11 @@ impl Figure {
 pub struct Section {
     pub title: String,
     pub figures: Vec<Figure>,
-    /// Why the section has no figures, or what to know about them.
+    /// What to know about the figures.
     pub remark: String,
+    /// Why the section has no figures: its goals are neither met nor missed, and the report's
+    /// header says so rather than "every goal is met".
+    pub not_measured: Option<String>,
 }
 
 impl Section {
@@ -84,6 +87,16 @@ impl Section {
             title: title.into(),
             figures,
             remark: String::new(),
+            not_measured: None,
+        }
+    }
+    /// A section this run could not measure, and why (a sentence without its full stop).
+    pub fn not_measured(title: impl Into<String>, why: impl Into<String>) -> Self {
+        let why = why.into();
+        Self {
+            remark: format!("Not measured: {why}."),
+            not_measured: Some(why),
+            ..Self::new(title, Vec::new())
         }
     }
     pub fn remark(mut self, remark: impl Into<String>) -> Self {
@@ -216,11 +229,13 @@ impl Report {
                     .map(move |f| format!("{} — {}", s.title, f.name))
             })
             .collect();
-        if missed.is_empty() {
-            let _ = writeln!(out, "**Every goal is met.**\n");
-        } else {
-            let _ = writeln!(out, "**Goals missed:** {}.\n", missed.join("; "));
-        }
+        let not_measured: Vec<&str> = self
+            .sections
+            .iter()
+            .filter(|s| s.not_measured.is_some())
+            .map(|s| s.title.as_str())
+            .collect();
+        let _ = writeln!(out, "{}\n", verdict(&missed, &not_measured));
         for s in &self.sections {
             let _ = writeln!(out, "## {}\n", s.title);
             if !s.remark.is_empty() {
@@ -253,6 +268,26 @@ impl Report {
     }
 }
 
+/// The report's first line: the goals missed, else that every goal is met — only of the goals
+/// measured when a section was not.
+fn verdict(missed: &[String], not_measured: &[&str]) -> String {
+    let goals = if !missed.is_empty() {
+        format!("**Goals missed:** {}.", missed.join("; "))
+    } else if not_measured.is_empty() {
+        "**Every goal is met.**".to_owned()
+    } else {
+        "**Every goal measured is met.**".to_owned()
+    };
+    if not_measured.is_empty() {
+        goals
+    } else {
+        format!(
+            "{goals} **Not measured** (this report is incomplete): {}.",
+            not_measured.join("; ")
+        )
+    }
+}
+
 /// A number as people read it: integers without decimals, small values with three significant digits.
 pub fn number(v: f64) -> String {
     if v == v.trunc() && v.abs() < 1e15 {
@@ -282,4 +317,66 @@ fn group_thousands(digits: &str) -> String {
         out.push(c);
     }
     format!("{sign}{out}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(sections: Vec<Section>) -> String {
+        Report::new(sections, Duration::ZERO).markdown()
+    }
+
+    #[test]
+    fn a_report_with_a_section_not_measured_says_so_above_its_goals() {
+        let met = || {
+            Section::new(
+                "A",
+                vec![Figure::new("x", 1.0, "×").goal(Goal::AtMost(5.0))],
+            )
+        };
+        let missed = Section::new(
+            "B",
+            vec![Figure::new("y", 7.0, "×").goal(Goal::AtMost(5.0))],
+        );
+        let skipped = || Section::not_measured("C", "`wrk` is not installed");
+
+        let whole = report(vec![met()]);
+        assert!(whole.contains("\n**Every goal is met.**\n"), "{whole}");
+        assert!(!whole.contains("Not measured"), "{whole}");
+
+        let partial = report(vec![met(), skipped()]);
+        assert!(
+            partial.contains(
+                "\n**Every goal measured is met.** **Not measured** (this report is incomplete): C.\n"
+            ),
+            "{partial}"
+        );
+        assert!(!partial.contains("Every goal is met"), "{partial}");
+        assert!(
+            partial.contains("## C\n\nNot measured: `wrk` is not installed.\n"),
+            "{partial}"
+        );
+
+        let both = report(vec![missed, skipped()]);
+        assert!(
+            both.contains(
+                "\n**Goals missed:** B — y. **Not measured** (this report is incomplete): C.\n"
+            ),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn a_section_not_measured_carries_why_in_the_json() {
+        let json = Report::new(
+            vec![Section::not_measured("C", "no cluster")],
+            Duration::ZERO,
+        )
+        .json()
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["sections"][0]["not_measured"], "no cluster");
+        assert_eq!(value["sections"][0]["figures"], serde_json::json!([]));
+    }
 }

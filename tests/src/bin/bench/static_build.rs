@@ -59,7 +59,7 @@ pub fn measure(root: &Path) -> Section {
     let built = match from_env() {
         Ok(built) => built,
         Err(why) => {
-            return Section::new(title, Vec::new()).remark(format!("Not measured: {why}."));
+            return Section::not_measured(title, why);
         }
     };
     let glibc_binary = root.join("target/release/sentry-tenants");
