@@ -275,7 +275,7 @@ impl TenantSync {
     ) -> Result<String, ProvisionError> {
         let secret_name = name.credentials_secret();
         let secret = Secret {
-            metadata: self.credentials_metadata(name, tenant),
+            metadata: credentials_metadata(name, tenant),
             type_: Some("Opaque".to_owned()),
             data: Some(
                 credentials(url, database, password)
@@ -374,7 +374,7 @@ impl TenantSync {
     ) -> Result<Passwords, ProvisionError> {
         let secret_name = name.credentials_secret();
         let secret = Secret {
-            metadata: self.credentials_metadata(name, tenant),
+            metadata: credentials_metadata(name, tenant),
             type_: Some("Opaque".to_owned()),
             data: Some(BTreeMap::from([(
                 PENDING_PASSWORD_KEY.to_owned(),
@@ -398,18 +398,6 @@ impl TenantSync {
                 detail: "another run made it meanwhile (a rotation at the same time?): run it again once that one is done".into(),
             }),
             Err(e) => Err(ProvisionError::kube(format!("create secret {secret_name}"), e)),
-        }
-    }
-
-    /// A credentials Secret's name, namespace, labels and owner: the tenant, so deleting the tenant
-    /// deletes it.
-    fn credentials_metadata(&self, name: &TenantName, tenant: &Tenant) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.credentials_secret()),
-            namespace: Some(self.namespace.clone()),
-            labels: Some(crate::labels::for_tenant("credentials", name.as_str())),
-            owner_references: tenant.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
         }
     }
 
@@ -572,6 +560,17 @@ fn credentials_patch(credentials: &CredentialsStatus) -> serde_json::Value {
         "secretUid": credentials.secret_uid,
         "copies": credentials.copies,
     })
+}
+
+/// A credentials Secret's name, labels and owner: the tenant, so deleting the tenant deletes it. (Its
+/// namespace is the one it is created in.)
+fn credentials_metadata(name: &TenantName, tenant: &Tenant) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.credentials_secret()),
+        labels: Some(crate::labels::for_tenant("credentials", name.as_str())),
+        owner_references: tenant.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
 }
 
 fn password_of(secret: &Secret) -> Option<String> {

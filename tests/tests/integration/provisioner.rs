@@ -279,6 +279,84 @@ async fn rotate_issues_new_credentials_only_when_asked() {
     assert!(ch.password_matches("tenant_acme_user", &rotated));
 }
 
+/// A run that finds the status already saying what it would write writes none: the re-run of a
+/// Provision (database, Secret, index path, credentials) and of a SetLimits (the limits) sends no
+/// status patch; a status saying otherwise is written.
+#[tokio::test]
+async fn a_rerun_that_finds_its_status_on_the_tenant_writes_none() {
+    let (c, ch) = provisioned_acme().await;
+    c.patch_spec("acme", json!({"limits": {"queriesPerHour": 100}}))
+        .await;
+    let status_writes = async |action| {
+        let before = c.log.all().len();
+        provisioner(&c, &ch, false)
+            .run(&acme(), action)
+            .await
+            .unwrap();
+        let during = c.log.all().split_off(before);
+        during
+            .iter()
+            .filter(|r| r.kind() == "patch tenants/status")
+            .count()
+    };
+    assert_eq!(status_writes(RunAction::SetLimits).await, 1, "new limits");
+    for action in [RunAction::Provision, RunAction::SetLimits] {
+        assert_eq!(status_writes(action).await, 0, "{action:?}");
+    }
+    for field in [
+        "clickHouseDatabaseName",
+        "clickHouseSecretRef",
+        "tantivyIndexPath",
+    ] {
+        c.patch_tenant_status("acme", json!({ field: null })).await;
+        assert_eq!(status_writes(RunAction::Provision).await, 1, "{field}");
+    }
+    c.patch_tenant_status("acme", json!({"appliedLimits": {"queriesPerHour": 99}}))
+        .await;
+    assert_eq!(
+        status_writes(RunAction::SetLimits).await,
+        1,
+        "limits reported otherwise"
+    );
+}
+
+/// A run's outcome is told on its Tenant as a Normal Event from the provisioner: the reason its
+/// outcome names, the outcome's own words as the note.
+#[tokio::test]
+async fn a_runs_outcome_is_announced_as_an_event_on_its_tenant() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let p = provisioner(&c, &ch, false);
+    let outcome = p.run(&acme(), RunAction::Provision).await.unwrap();
+    c.log.clear();
+    p.sync.announce(&acme(), &outcome).await;
+    let events = c.log.events();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    let uid = c.tenant("acme").await.metadata.uid.unwrap();
+    assert_eq!(
+        (
+            &event["type"],
+            &event["reason"],
+            &event["note"],
+            &event["reportingController"],
+            &event["regarding"]["kind"],
+            &event["regarding"]["name"],
+            &event["regarding"]["uid"],
+        ),
+        (
+            &json!("Normal"),
+            &json!("Provisioned"),
+            &json!(outcome.describe()),
+            &json!("sentry-tenants-provisioner"),
+            &json!("Tenant"),
+            &json!("acme"),
+            &json!(uid),
+        )
+    );
+}
+
 #[tokio::test]
 async fn an_active_tenant_gets_no_ddl_but_its_status_is_resynced() {
     let (c, ch) = provisioned_acme().await;
@@ -571,6 +649,72 @@ async fn missing_tenant_and_foreign_password_are_clear_errors() {
     );
 }
 
+/// Two first provisions at once: the one whose Secret create finds the other's Secret made meanwhile
+/// takes the password on file, so ClickHouse and the Secret agree; a create refused otherwise fails the
+/// run with the API's reason.
+#[tokio::test]
+async fn a_secret_made_meanwhile_is_taken_and_a_refused_create_fails_the_run() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    c.intercept.refuse(Method::POST, "/secrets");
+    let err = provisioner(&c, &RecordingClickHouse::new(MODERN), false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("create secret acme-clickhouse")
+            && err.to_string().contains("etcdserver: request timed out"),
+        "{err}"
+    );
+    c.intercept.clear();
+
+    // The other run's Secret, on file; this run reads before it is made and creates after.
+    provisioner(&c, &RecordingClickHouse::new(MODERN), false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    clear_status(&c).await;
+    let theirs = password(&c).await.unwrap();
+    let created = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = created.clone();
+    c.intercept.set(move |method, path, _, _| {
+        use std::sync::atomic::Ordering::SeqCst;
+        let secret = path.ends_with("/secrets/acme-clickhouse");
+        match method {
+            &Method::GET if secret && !seen.load(SeqCst) => Some((
+                404,
+                sentry_tenants_tests::status_body(404, "NotFound", "not found"),
+            )),
+            &Method::POST if path.ends_with("/secrets") => {
+                seen.store(true, SeqCst);
+                Some((
+                    409,
+                    sentry_tenants_tests::status_body(409, "AlreadyExists", "already exists"),
+                ))
+            }
+            _ => None,
+        }
+    });
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    assert!(
+        created.load(std::sync::atomic::Ordering::SeqCst),
+        "the create was tried"
+    );
+    assert_eq!(
+        password(&c).await.unwrap(),
+        theirs,
+        "the Secret on file stays"
+    );
+    assert!(
+        ch.may_log_in(USER, &theirs),
+        "ClickHouse has the password on file"
+    );
+}
+
 #[tokio::test]
 async fn unreachable_clickhouse_mid_provision_fails_classified_and_a_retry_reuses_the_credentials()
 {
@@ -627,7 +771,8 @@ async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisi
         c.client.clone(),
         &var("SENTRY_TENANTS_NAMESPACE"),
         &var("SENTRY_TENANTS_TANTIVY_ROOT"),
-    );
+    )
+    .for_run(Some(var("SENTRY_TENANTS_RUN_ID")));
     let ch = RecordingClickHouse::new(MODERN);
     c.job_running("acme-provision-1").await;
     c.settle().await;
@@ -646,6 +791,19 @@ async fn a_provision_runjob_drives_the_tenant_to_active_only_through_the_provisi
         clock: c.clock.clone(),
     };
     p.run(&tenant, action).await.unwrap();
+    let run_uid = c.run("acme-provision-1").await.unwrap().metadata.uid;
+    assert!(run_uid.is_some());
+    assert_eq!(
+        c.tenant("acme")
+            .await
+            .status
+            .unwrap()
+            .credentials
+            .unwrap()
+            .written_by,
+        run_uid,
+        "the credentials report names the run that wrote it"
+    );
     c.job_succeeded("acme-provision-1").await;
     c.settle().await;
     assert_eq!(c.tenant("acme").await.phase(), Some(TenantPhase::Active));
@@ -1033,6 +1191,20 @@ async fn of_two_rotations_started_together_only_one_puts_its_password_on_file() 
         .unwrap()
         .unwrap();
     assert_eq!(on_file.pending.as_deref(), Some("first-new"));
+
+    // Refused for another reason, the write is reported as such, not as a rotation at the same time.
+    c.intercept
+        .refuse(Method::PATCH, "/secrets/acme-clickhouse");
+    let err = sync
+        .store_pending_password(&acme(), &on_file, "third-new")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("update secret acme-clickhouse")
+            && err.contains("etcdserver: request timed out"),
+        "{err}"
+    );
 }
 
 /// The install's prefix changed (an install made before prefixes, upgraded; or `--clickhouse-prefix`
@@ -1265,6 +1437,42 @@ async fn a_rotate_after_the_secret_was_deleted_makes_it_again_with_only_the_new_
     assert_ne!(uid, old_uid);
     assert_eq!(Some(uid.as_str()), secret.metadata.uid.as_deref());
     assert!(marker.is_some(), "the new Secret's marker");
+}
+
+/// Two Rotate runs making the deleted Secret again at once: the one whose create finds the other's
+/// stops before ClickHouse hears of its password (the two would switch to different ones); a create
+/// refused otherwise fails the run with the API's reason.
+#[tokio::test]
+async fn of_two_runs_making_the_secret_again_the_second_stops_before_clickhouse() {
+    let (c, ch) = provisioned_on_a_current_server("60s").await;
+    let old = password(&c).await.unwrap();
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .delete("acme-clickhouse", &Default::default())
+        .await
+        .unwrap();
+    ch.clear();
+    for (code, reason, said) in [
+        (
+            409,
+            "AlreadyExists",
+            "make secret acme-clickhouse again: another run made it meanwhile",
+        ),
+        (500, "InternalError", "create secret acme-clickhouse"),
+    ] {
+        c.intercept
+            .answer_status(Method::POST, "/secrets", code, reason, "refused");
+        let err = provisioner(&c, &ch, false)
+            .run(&acme(), RunAction::Rotate)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(said), "{code}: {err}");
+        assert!(
+            ch.statements().iter().all(|s| !s.starts_with("ALTER USER")),
+            "{code}"
+        );
+        assert!(ch.may_log_in(USER, &old), "{code}: the password unchanged");
+    }
 }
 
 /// Cut short before ClickHouse heard of it, the Secret made again holds the new password as pending

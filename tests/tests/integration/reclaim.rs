@@ -472,6 +472,123 @@ async fn delete_drops_user_and_database_and_deletes_the_secret() {
     assert!(secret(&c).await.is_none());
 }
 
+/// reclaimPolicy Delete deletes the Secret it read, by uid (a Secret made under the name meanwhile is
+/// not it); one gone before the delete arrives is deleted, and a delete the API refuses fails the run.
+#[tokio::test]
+async fn the_secret_read_is_the_one_deleted_and_only_a_refused_delete_fails_the_run() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioned_then_deleted(&c, &ch, ReclaimPolicy::Delete).await;
+    let uid = secret(&c).await.unwrap().metadata.uid;
+    assert!(uid.is_some());
+
+    c.intercept
+        .refuse(http::Method::DELETE, "/secrets/acme-clickhouse");
+    let err = provisioner(&c, &ch)
+        .run(&acme(), RunAction::Deprovision)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("delete secret acme-clickhouse")
+            && err.to_string().contains("etcdserver: request timed out"),
+        "{err}"
+    );
+
+    c.log.clear();
+    c.intercept.answer_status(
+        http::Method::DELETE,
+        "/secrets/acme-clickhouse",
+        404,
+        "NotFound",
+        "secrets \"acme-clickhouse\" not found",
+    );
+    let outcome = provisioner(&c, &ch)
+        .run(&acme(), RunAction::Deprovision)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.describe(),
+        "dropped database tenant_acme and its user, deleted its credentials Secret"
+    );
+    let deletes: Vec<_> = c
+        .log
+        .writes()
+        .into_iter()
+        .filter(|w| w.method == http::Method::DELETE && w.resource() == "secrets")
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:#?}");
+    assert_eq!(
+        deletes[0].body["preconditions"]["uid"].as_str(),
+        uid.as_deref(),
+        "deleted on condition that it is still the Secret read"
+    );
+}
+
+/// Every write of the provisioner names it as the field manager, so `managedFields` tells its fields
+/// from the operator's and a person's: over a provision, a rotation, a rotation that makes the deleted
+/// Secret again, a Retain and the adoption by a new tenant of the name.
+#[tokio::test]
+async fn every_write_of_the_provisioner_names_its_field_manager() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    let mut theirs = Vec::new();
+    let run = async |action, theirs: &mut Vec<sentry_tenants_tests::Recorded>| {
+        let before = c.log.all().len();
+        provisioner(&c, &ch).run(&acme(), action).await.unwrap();
+        let during = c.log.all().split_off(before);
+        theirs.extend(during.into_iter().filter(|r| r.is_write() && !r.is_event()));
+    };
+    c.create_tenant("acme").await;
+    c.patch_spec("acme", json!({"reclaimPolicy": "Retain"}))
+        .await;
+    c.settle().await;
+    run(RunAction::Provision, &mut theirs).await;
+    run(RunAction::Rotate, &mut theirs).await;
+    Api::<Secret>::namespaced(c.admin.clone(), NS)
+        .delete("acme-clickhouse", &DeleteParams::default())
+        .await
+        .unwrap();
+    run(RunAction::Rotate, &mut theirs).await;
+    delete_tenant(&c, "acme").await;
+    run(RunAction::Deprovision, &mut theirs).await;
+    c.remove_finalizers("acme").await;
+    assert!(gone(&c, "acme").await);
+    c.create_tenant("acme").await;
+    run(RunAction::Provision, &mut theirs).await;
+    assert!(
+        secret(&c)
+            .await
+            .unwrap()
+            .labels()
+            .get(RETAINED_FOR)
+            .is_none(),
+        "adopted"
+    );
+
+    let kinds: std::collections::BTreeSet<String> = theirs.iter().map(|w| w.kind()).collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [
+            "create configmaps",
+            "create secrets",
+            "patch secrets",
+            "patch tenants/status"
+        ],
+        "the writes this flow makes"
+    );
+    for w in &theirs {
+        assert!(
+            w.query
+                .split('&')
+                .any(|p| p == "fieldManager=sentry-tenants-provisioner"),
+            "{} {} ?{}",
+            w.method,
+            w.path,
+            w.query
+        );
+    }
+}
+
 #[tokio::test]
 async fn deprovision_of_a_live_tenant_is_refused_and_changes_nothing() {
     let c = Cluster::new().await;
