@@ -680,12 +680,12 @@ async fn a_secret_made_meanwhile_is_taken_and_a_refused_create_fails_the_run() {
     c.intercept.set(move |method, path, _, _| {
         use std::sync::atomic::Ordering::SeqCst;
         let secret = path.ends_with("/secrets/acme-clickhouse");
-        match method {
-            &Method::GET if secret && !seen.load(SeqCst) => Some((
+        match *method {
+            Method::GET if secret && !seen.load(SeqCst) => Some((
                 404,
                 sentry_tenants_tests::status_body(404, "NotFound", "not found"),
             )),
-            &Method::POST if path.ends_with("/secrets") => {
+            Method::POST if path.ends_with("/secrets") => {
                 seen.store(true, SeqCst);
                 Some((
                     409,
