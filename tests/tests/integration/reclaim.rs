@@ -473,7 +473,7 @@ async fn delete_drops_user_and_database_and_deletes_the_secret() {
 }
 
 /// reclaimPolicy Delete deletes the Secret it read, by uid (a Secret made under the name meanwhile is
-/// not it); one gone before the delete arrives is deleted, and a delete the API refuses fails the run.
+/// not it); one gone before its delete arrives counts as deleted; a delete the API refuses fails the run.
 #[tokio::test]
 async fn the_secret_read_is_the_one_deleted_and_only_a_refused_delete_fails_the_run() {
     let c = Cluster::new().await;
