@@ -276,3 +276,24 @@ pub struct CopyStatus {
     pub message: String,
     pub at: Time,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_secret_loss_is_written_out_only_when_it_is_not_the_default() {
+        let with = |on_secret_loss| {
+            serde_json::to_value(CredentialsSpec {
+                on_secret_loss,
+                ..CredentialsSpec::default()
+            })
+            .unwrap()
+        };
+        assert_eq!(with(OnSecretLoss::Report), serde_json::json!({}));
+        assert_eq!(
+            with(OnSecretLoss::Rotate),
+            serde_json::json!({"onSecretLoss": "Rotate"})
+        );
+    }
+}
