@@ -252,6 +252,14 @@ impl RequestLog {
     pub fn clear(&self) {
         self.0.lock().unwrap().clear();
     }
+    /// The writes (Events aside) that `work` sent, and its result.
+    pub async fn writes_during<T>(&self, work: impl Future<Output = T>) -> (T, Vec<Recorded>) {
+        let before = self.0.lock().unwrap().len();
+        let result = work.await;
+        let during = self.0.lock().unwrap()[before..].to_vec();
+        let writes = during.into_iter().filter(|r| r.is_write() && !r.is_event());
+        (result, writes.collect())
+    }
     /// Writes other than Events (which are advisory and deduplicated by the recorder).
     pub fn writes(&self) -> Vec<Recorded> {
         self.all()

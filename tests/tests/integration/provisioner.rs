@@ -288,13 +288,10 @@ async fn a_rerun_that_finds_its_status_on_the_tenant_writes_none() {
     c.patch_spec("acme", json!({"limits": {"queriesPerHour": 100}}))
         .await;
     let status_writes = async |action| {
-        let before = c.log.all().len();
-        provisioner(&c, &ch, false)
-            .run(&acme(), action)
-            .await
-            .unwrap();
-        let during = c.log.all().split_off(before);
-        during
+        let p = provisioner(&c, &ch, false);
+        let (ran, writes) = c.log.writes_during(p.run(&acme(), action)).await;
+        ran.unwrap();
+        writes
             .iter()
             .filter(|r| r.kind() == "patch tenants/status")
             .count()

@@ -533,10 +533,12 @@ async fn every_write_of_the_provisioner_names_its_field_manager() {
     let ch = RecordingClickHouse::new(MODERN);
     let mut theirs = Vec::new();
     let run = async |action, theirs: &mut Vec<sentry_tenants_tests::Recorded>| {
-        let before = c.log.all().len();
-        provisioner(&c, &ch).run(&acme(), action).await.unwrap();
-        let during = c.log.all().split_off(before);
-        theirs.extend(during.into_iter().filter(|r| r.is_write() && !r.is_event()));
+        let (ran, writes) = c
+            .log
+            .writes_during(provisioner(&c, &ch).run(&acme(), action))
+            .await;
+        ran.unwrap();
+        theirs.extend(writes);
     };
     c.create_tenant("acme").await;
     c.patch_spec("acme", json!({"reclaimPolicy": "Retain"}))

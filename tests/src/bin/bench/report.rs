@@ -92,10 +92,8 @@ impl Section {
     }
     /// A section this run could not measure, and why (a sentence without its full stop).
     pub fn not_measured(title: impl Into<String>, why: impl Into<String>) -> Self {
-        let why = why.into();
         Self {
-            remark: format!("Not measured: {why}."),
-            not_measured: Some(why),
+            not_measured: Some(why.into()),
             ..Self::new(title, Vec::new())
         }
     }
@@ -238,6 +236,9 @@ impl Report {
         let _ = writeln!(out, "{}\n", verdict(&missed, &not_measured));
         for s in &self.sections {
             let _ = writeln!(out, "## {}\n", s.title);
+            if let Some(why) = &s.not_measured {
+                let _ = writeln!(out, "Not measured: {why}.\n");
+            }
             if !s.remark.is_empty() {
                 let _ = writeln!(out, "{}\n", s.remark);
             }
