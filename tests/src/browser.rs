@@ -224,6 +224,16 @@ impl Served {
     pub fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url)
     }
+
+    /// Waits for the RunJob reconciler to have made the Job `name`. A page shows a run as soon as its
+    /// RunJob exists, one operator pass before its Job does; the Job controller a test plays can only
+    /// act on a Job that exists.
+    pub async fn job_made(&self, name: &str) {
+        eventually(&format!("the Job {name} made by the operator"), || async {
+            self.cluster.job(name).await.is_some()
+        })
+        .await;
+    }
 }
 
 impl Drop for Served {

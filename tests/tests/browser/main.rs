@@ -156,6 +156,7 @@ fn create_provision_watch_it_go_live_then_suspend_and_resume() {
             "no second Provision while one runs"
         );
 
+        served.job_made("acme-provision-1").await;
         c.job_running("acme-provision-1").await;
         eventually("the run shown Running", || async {
             attr(&b, "tr[data-run='acme-provision-1']", "data-phase").await == "Running"
