@@ -124,7 +124,7 @@ fn parse_prefix(s: &str) -> Result<ClickHousePrefix, String> {
 }
 
 fn parse_memory(s: &str) -> Result<String, String> {
-    crate::limits::memory(s)?.ok_or_else(|| "empty".to_owned())
+    crate::limits::memory(s)?.ok_or_else(|| "empty: leave the flag out for no limit".to_owned())
 }
 
 /// What a successful run did, for the log line and the Event.
@@ -1252,12 +1252,47 @@ mod tests {
         args: super::ProvisionArgs,
     }
 
+    fn parse(extra: &[&str]) -> Result<super::ProvisionArgs, clap::Error> {
+        let argv = ["provision-tenant", "acme"].iter().chain(extra);
+        Cli::try_parse_from(argv).map(|cli| cli.args)
+    }
+
+    #[test]
+    fn a_dry_runs_reclaim_policy_and_memory_limit_are_read_from_their_flags() {
+        let args = parse(&[
+            "--dry-run",
+            "--action",
+            "deprovision",
+            "--reclaim-policy",
+            "Delete",
+            "--max-memory-per-query",
+            "4Gi",
+        ])
+        .unwrap();
+        assert_eq!(args.reclaim_policy, super::ReclaimPolicy::Delete);
+        assert_eq!(args.max_memory_per_query.as_deref(), Some("4Gi"));
+        let defaults = parse(&["--dry-run"]).unwrap();
+        assert_eq!(defaults.reclaim_policy, super::ReclaimPolicy::Retain);
+        assert_eq!(defaults.max_memory_per_query, None);
+    }
+
+    #[test]
+    fn a_memory_limit_flag_that_is_not_one_is_refused_with_the_reason() {
+        for (value, reason) in [
+            ("4G", "must be 1 to 9999 followed by Mi or Gi"),
+            ("", "leave the flag out for no limit"),
+        ] {
+            let err = parse(&["--dry-run", "--max-memory-per-query", value])
+                .err()
+                .unwrap_or_else(|| panic!("{value:?} accepted"))
+                .to_string();
+            assert!(err.contains(reason), "{value:?}: {err}");
+        }
+    }
+
     #[test]
     fn only_a_run_on_a_cluster_waits_for_clickhouses_distributed_ddl_timeout() {
-        let client = |extra: &[&str]| {
-            let argv = ["provision-tenant", "acme"].iter().chain(extra);
-            super::clickhouse_client(&Cli::parse_from(argv).args).unwrap()
-        };
+        let client = |extra: &[&str]| super::clickhouse_client(&parse(extra).unwrap()).unwrap();
         assert_eq!(client(&[]).timeout().as_secs(), 30);
         let on_cluster = client(&["--clickhouse-cluster", "prod"]).timeout();
         assert!(

@@ -7,6 +7,7 @@ mod auto_provision;
 mod clickhouse_live;
 mod clickhouse_parser;
 mod clickhouse_tls;
+mod copies;
 mod crd_schema;
 mod dashboard_http;
 mod e2e_clickhouse;

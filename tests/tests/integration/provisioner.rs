@@ -904,6 +904,28 @@ async fn provisioned_on_a_current_server(grace: &str) -> (Cluster, RecordingClic
     (c, ch)
 }
 
+/// A suspended tenant's logins stay locked through a Rotate and a Revoke: the new password is
+/// ClickHouse's and on file, and no login is tried with it (one would be refused, failing the run).
+#[tokio::test]
+async fn a_suspended_tenants_rotation_and_revocation_leave_its_logins_locked() {
+    let (c, ch) = provisioned_on_a_current_server("1h").await;
+    let p = provisioner(&c, &ch, false);
+    c.set_suspended("acme", true).await;
+    p.run(&acme(), RunAction::Suspend).await.unwrap();
+    assert_eq!(ch.is_locked(USER), Some(true));
+    for action in [RunAction::Rotate, RunAction::Revoke] {
+        let old = password(&c).await.unwrap();
+        p.run(&acme(), action)
+            .await
+            .unwrap_or_else(|e| panic!("{action:?}: {e}"));
+        let new = password(&c).await.unwrap();
+        assert_ne!(new, old, "{action:?}");
+        assert!(ch.password_matches(USER, &new), "{action:?}");
+        assert_eq!(ch.is_locked(USER), Some(true), "{action:?}");
+        assert!(!ch.may_log_in(USER, &new), "{action:?}");
+    }
+}
+
 /// On a server holding several passwords per user: one statement sets the new password and keeps the
 /// old one until the grace period ends; both log in during it, only the new one after.
 #[tokio::test]

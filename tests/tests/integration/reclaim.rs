@@ -618,6 +618,34 @@ async fn deprovision_of_a_live_tenant_is_refused_and_changes_nothing() {
 }
 
 #[tokio::test]
+async fn every_other_action_on_a_tenant_being_deleted_is_refused_and_changes_nothing() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioned_then_deleted(&c, &ch, ReclaimPolicy::Delete).await;
+    let password = password_of(&secret(&c).await.unwrap());
+    for action in RunAction::ALL
+        .into_iter()
+        .filter(|a| *a != RunAction::Deprovision)
+    {
+        ch.clear();
+        let p = provisioner(&c, &ch);
+        let (result, writes) = c.log.writes_during(p.run(&acme(), action)).await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, ProvisionError::TenantDeleting { .. }),
+            "{action:?}: {err}"
+        );
+        assert!(
+            ch.statements().is_empty(),
+            "{action:?}: {:?}",
+            ch.statements()
+        );
+        assert!(writes.is_empty(), "{action:?}: {writes:?}");
+    }
+    assert_eq!(password_of(&secret(&c).await.unwrap()), password);
+}
+
+#[tokio::test]
 async fn a_secret_of_the_name_that_is_not_the_tenants_is_left_alone_by_either_policy() {
     for policy in ReclaimPolicy::ALL {
         let c = Cluster::new().await;

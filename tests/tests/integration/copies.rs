@@ -1,0 +1,176 @@
+//! Copies of a tenant's credentials in its applications' namespaces, the provisioner's side against
+//! the in-memory API: a copy is written where the namespace consented, reported where it did not,
+//! follows a rotation, and is deleted once no longer asked for. The apiserver's answer to "may I
+//! write Secrets there?" (a SelfSubjectAccessReview) is played by an intercept as RBAC gives it after
+//! `grant-credentials`: the verbs of `manifests/credentials.yaml` on Secrets in consenting
+//! namespaces, nothing elsewhere. The cluster tier proves the same on the real control plane, with
+//! the real RoleBindings (`tests/tests/cluster/copies.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use http::Method;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use sentry_tenants::crd::{CopyState, CopyStatus, RunAction};
+use sentry_tenants::names::TenantName;
+use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
+use sentry_tenants_tests::{Cluster, NS};
+use serde_json::{Value, json};
+
+const MODERN: &str = "24.8.4.13";
+/// What the provisioner's ClusterRole grants in a namespace that consented.
+const GRANTED: [&str; 5] = ["get", "create", "update", "patch", "delete"];
+/// The keys an application connects with (written out here, not taken from the product).
+const APP_KEYS: [&str; 7] = [
+    "database", "host", "password", "port", "uri", "url", "username",
+];
+
+/// Answers every SelfSubjectAccessReview as RBAC would with `consenting` namespaces bound.
+fn consent_in(c: &Cluster, consenting: &[&str]) {
+    let consenting: BTreeSet<String> = consenting.iter().map(|n| n.to_string()).collect();
+    c.intercept.set(move |method, path, _, review| {
+        if *method != Method::POST || !path.ends_with("/selfsubjectaccessreviews") {
+            return None;
+        }
+        let asked = &review["spec"]["resourceAttributes"];
+        let field = |name: &str| asked[name].as_str().unwrap_or_default();
+        let allowed = field("group").is_empty()
+            && field("resource") == "secrets"
+            && consenting.contains(field("namespace"))
+            && GRANTED.contains(&field("verb"));
+        let mut answer = review.clone();
+        answer["status"] = json!({ "allowed": allowed });
+        Some((201, answer))
+    });
+}
+
+fn acme() -> TenantName {
+    TenantName::parse("acme").unwrap()
+}
+
+async fn asking_for_copies_in(c: &Cluster, namespaces: &[&str]) {
+    let copies: Vec<Value> = namespaces
+        .iter()
+        .map(|ns| json!({"namespace": ns, "secretName": "acme-db", "labels": {"example.com/team": "payments"}}))
+        .collect();
+    c.patch_spec("acme", json!({"credentials": {"copies": copies}}))
+        .await;
+}
+
+async fn secret_in(c: &Cluster, namespace: &str, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(c.admin.clone(), namespace)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+fn data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// What a copy must hold: the application's keys of the credentials Secret, nothing else of it.
+async fn expected_copy(c: &Cluster) -> BTreeMap<String, Vec<u8>> {
+    let source = secret_in(c, NS, "acme-clickhouse").await.unwrap();
+    let mut wanted = data(&source);
+    wanted.retain(|k, _| APP_KEYS.contains(&k.as_str()));
+    assert_eq!(wanted.len(), APP_KEYS.len(), "{:?}", wanted.keys());
+    wanted
+}
+
+async fn reported_copies(c: &Cluster) -> Vec<CopyStatus> {
+    let t = c.tenant("acme").await;
+    t.status.unwrap().credentials.unwrap().copies
+}
+
+#[tokio::test]
+async fn a_copy_is_written_only_where_its_namespace_consented_and_each_is_reported() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app"]);
+    c.create_tenant("acme").await;
+    asking_for_copies_in(&c, &["app", "other"]).await;
+
+    let p = c.provisioner(&ch, false);
+    let (outcome, writes) = c
+        .log
+        .writes_during(p.run(&acme(), RunAction::Provision))
+        .await;
+    outcome.unwrap();
+
+    let copy = secret_in(&c, "app", "acme-db").await.expect("the copy");
+    assert_eq!(data(&copy), expected_copy(&c).await);
+    assert_eq!(copy.labels()["example.com/team"], "payments");
+    assert_eq!(
+        copy.labels()["sentry.io/tenant-uid"],
+        c.tenant("acme").await.metadata.uid.unwrap()
+    );
+    assert!(secret_in(&c, "other", "acme-db").await.is_none());
+    let into_other: Vec<_> = writes
+        .iter()
+        .filter(|w| w.path.contains("/namespaces/other/"))
+        .collect();
+    assert!(into_other.is_empty(), "{into_other:?}");
+
+    let copies = reported_copies(&c).await;
+    let states: Vec<_> = copies
+        .iter()
+        .map(|s| (s.namespace.as_str(), s.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("app", CopyState::Delivered),
+            ("other", CopyState::NoConsent)
+        ]
+    );
+    assert!(copies[0].credentials_hash.is_some());
+    assert_eq!(copies[1].credentials_hash, None);
+    assert!(
+        copies[1]
+            .message
+            .contains("sentry-tenants grant-credentials other"),
+        "{}",
+        copies[1].message
+    );
+}
+
+#[tokio::test]
+async fn a_rotation_rewrites_the_copy_in_the_same_run() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app"]);
+    c.create_tenant("acme").await;
+    asking_for_copies_in(&c, &["app"]).await;
+    let p = c.provisioner(&ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let before = data(&secret_in(&c, "app", "acme-db").await.unwrap());
+
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    let after = data(&secret_in(&c, "app", "acme-db").await.unwrap());
+    assert_ne!(after["password"], before["password"]);
+    assert_eq!(after, expected_copy(&c).await);
+}
+
+#[tokio::test]
+async fn a_copy_no_longer_asked_for_is_deleted_and_leaves_the_report() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app"]);
+    c.create_tenant("acme").await;
+    asking_for_copies_in(&c, &["app"]).await;
+    let p = c.provisioner(&ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    assert!(secret_in(&c, "app", "acme-db").await.is_some());
+
+    asking_for_copies_in(&c, &[]).await;
+    p.run(&acme(), RunAction::Deliver).await.unwrap();
+    assert!(secret_in(&c, "app", "acme-db").await.is_none());
+    let left = reported_copies(&c).await;
+    assert!(left.is_empty(), "{left:?}");
+}
