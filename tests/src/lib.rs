@@ -9,7 +9,7 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::client::Body;
 use kube::runtime::controller::Action;
@@ -563,6 +563,31 @@ pub fn schema_errors<K: kube::CustomResourceExt>(obj: &Value, old: Option<&Value
         );
     }
     out
+}
+
+/// The keys a copy of the credentials holds, what an application connects with (written out here,
+/// not taken from the product).
+pub const APP_KEYS: [&str; 7] = [
+    "database", "host", "password", "port", "uri", "url", "username",
+];
+
+/// The keys and values of a Secret's data.
+pub fn secret_data(secret: &Secret) -> std::collections::BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// What an application's copy of the credentials Secret `source` must hold: its [`APP_KEYS`], every
+/// one of them, and nothing else of it.
+pub fn app_copy_of(source: &Secret) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut wanted = secret_data(source);
+    wanted.retain(|k, _| APP_KEYS.contains(&k.as_str()));
+    assert_eq!(wanted.len(), APP_KEYS.len(), "the source holds every key");
+    wanted
 }
 
 /// A Kubernetes `Status` body, as the apiserver sends with an error.

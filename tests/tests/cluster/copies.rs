@@ -11,6 +11,7 @@ use kube::api::{Api, PostParams};
 use sentry_tenants::crd::{RunJob, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_until, wait_until_within};
+use sentry_tenants_tests::{app_copy_of, secret_data};
 
 use crate::provision::{finished, tenant_in_phase};
 use crate::{Setup, setup};
@@ -20,12 +21,6 @@ const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
 /// Patience for what waits on the operator's once-a-minute look at a namespace's consent (it does
 /// not watch RoleBindings): two looks, a Job's run, and room for a loaded machine.
 const LOOKS_AGAIN: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// The keys an application connects with, as the credentials Secret holds them (written out here,
-/// not taken from the product).
-const APP_KEYS: [&str; 7] = [
-    "database", "host", "password", "port", "uri", "url", "username",
-];
 
 fn tenant_with_copies(name: &str, copies: &[(&str, &str)]) -> String {
     let entries: String = copies
@@ -66,26 +61,13 @@ async fn wait_for_reason(s: &Setup, tenant: &str, reason: &str) -> (String, Stri
     .await
 }
 
-/// The keys and values of a Secret's data.
-pub fn data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
-    secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect()
-}
-
 /// What an application's copy must hold: the source's keys an application connects with.
 pub async fn expected_copy(s: &Setup, tenant: &str) -> BTreeMap<String, Vec<u8>> {
     let source = Api::<Secret>::namespaced(s.admin.clone(), &s.ns)
         .get(&format!("{tenant}-clickhouse"))
         .await
         .unwrap();
-    let mut all = data(&source);
-    all.retain(|k, _| APP_KEYS.contains(&k.as_str()));
-    assert_eq!(all.len(), APP_KEYS.len(), "the source holds every key");
-    all
+    app_copy_of(&source)
 }
 
 async fn runs_of(s: &Setup, action: &str) -> Vec<String> {
@@ -187,7 +169,7 @@ async fn a_copy_waits_for_consent_then_follows_a_rotation_and_goes_with_its_entr
         app_secrets.get_opt("acme-db").await.ok()?
     })
     .await;
-    assert_eq!(data(&copy), expected_copy(&s, "acme").await);
+    assert_eq!(secret_data(&copy), expected_copy(&s, "acme").await);
     let acme = Api::<Tenant>::namespaced(s.admin.clone(), &s.ns)
         .get("acme")
         .await
@@ -225,7 +207,11 @@ async fn a_copy_waits_for_consent_then_follows_a_rotation_and_goes_with_its_entr
     );
     let expected = expected_copy(&s, "acme").await;
     let copy = app_secrets.get("acme-db").await.unwrap();
-    assert_eq!(data(&copy), expected, "the copy holds the rotated password");
+    assert_eq!(
+        secret_data(&copy),
+        expected,
+        "the copy holds the rotated password"
+    );
     let hash = &copy.metadata.annotations.as_ref().unwrap()["sentry.io/credentials-hash"];
     assert_ne!(*hash, first_hash);
     wait_for_reason(&s, "acme", "Delivered").await;
@@ -282,7 +268,7 @@ async fn a_secret_that_is_not_ours_is_left_alone_and_copies_go_with_their_tenant
         app_secrets.get_opt("acme-db").await.ok()?
     })
     .await;
-    assert_eq!(data(&copy), expected_copy(&s, "acme").await);
+    assert_eq!(secret_data(&copy), expected_copy(&s, "acme").await);
     let after = app_secrets.get("taken").await.unwrap();
     assert_eq!(
         after.metadata.resource_version, theirs.metadata.resource_version,

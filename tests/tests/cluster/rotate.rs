@@ -106,9 +106,10 @@ async fn overlapping_rotations_keep_every_valid_password_and_revoke_ends_them_al
 /// old one still logs in during the overlap and not after, and the condition names the next time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_for_the_overlap() {
-    use crate::copies::{data, expected_copy, owner_consents};
+    use crate::copies::{expected_copy, owner_consents};
     use k8s_openapi::api::core::v1::Secret;
     use sentry_tenants_tests::control_plane::wait_until_within;
+    use sentry_tenants_tests::secret_data;
 
     let s = setup("rotate-schedule").await;
     let app = s.another_namespace("rotate-app").await;
@@ -157,7 +158,7 @@ async fn a_rotation_schedule_rotates_secret_and_copies_keeping_the_old_password_
     let app_secrets: Api<Secret> = Api::namespaced(s.admin.clone(), &app.ns);
     let copy = app_secrets.get("acme-db").await.unwrap();
     assert_eq!(
-        data(&copy),
+        secret_data(&copy),
         expected_copy(&s, "acme").await,
         "the copy follows in the same run"
     );

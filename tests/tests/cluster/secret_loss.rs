@@ -10,9 +10,10 @@ use sentry_tenants::crd::{RunJob, RunPhase, Tenant, TenantPhase};
 use sentry_tenants_tests::clickhouse_stand_in::ClickHouseStandIn;
 use sentry_tenants_tests::control_plane::{wait_gone, wait_until};
 
-use crate::copies::{data, expected_copy, owner_consents};
+use crate::copies::{expected_copy, owner_consents};
 use crate::provision::{finished, password, tenant_in_phase};
 use crate::setup;
+use sentry_tenants_tests::secret_data;
 
 const ADMIN: (&str, &str) = ("ch-admin", "ch-admin-password");
 
@@ -101,7 +102,7 @@ async fn a_deleted_secret_is_reported_and_made_again_only_when_the_spec_says_so(
         .await
         .unwrap();
     assert_eq!(
-        data(&copy),
+        secret_data(&copy),
         expected_copy(&s, "acme").await,
         "the copy follows"
     );

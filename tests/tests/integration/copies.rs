@@ -15,17 +15,12 @@ use kube::api::Api;
 use sentry_tenants::crd::{CopyState, CopyStatus, RunAction};
 use sentry_tenants::names::TenantName;
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
-use sentry_tenants_tests::{Cluster, NS};
+use sentry_tenants_tests::{Cluster, NS, app_copy_of, secret_data};
 use serde_json::{Value, json};
 
 const MODERN: &str = "24.8.4.13";
 /// What the provisioner's ClusterRole grants in a namespace that consented.
 const GRANTED: [&str; 5] = ["get", "create", "update", "patch", "delete"];
-/// The keys an application connects with (written out here, not taken from the product).
-const APP_KEYS: [&str; 7] = [
-    "database", "host", "password", "port", "uri", "url", "username",
-];
-
 /// Answers every SelfSubjectAccessReview as RBAC would with `consenting` namespaces bound.
 fn consent_in(c: &Cluster, consenting: &[&str]) {
     let consenting: BTreeSet<String> = consenting.iter().map(|n| n.to_string()).collect();
@@ -65,22 +60,24 @@ async fn secret_in(c: &Cluster, namespace: &str, name: &str) -> Option<Secret> {
         .unwrap()
 }
 
-fn data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
-    secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect()
-}
-
 /// What a copy must hold: the application's keys of the credentials Secret, nothing else of it.
 async fn expected_copy(c: &Cluster) -> BTreeMap<String, Vec<u8>> {
-    let source = secret_in(c, NS, "acme-clickhouse").await.unwrap();
-    let mut wanted = data(&source);
-    wanted.retain(|k, _| APP_KEYS.contains(&k.as_str()));
-    assert_eq!(wanted.len(), APP_KEYS.len(), "{:?}", wanted.keys());
-    wanted
+    app_copy_of(&secret_in(c, NS, "acme-clickhouse").await.unwrap())
+}
+
+/// `acme` provisioned with a copy asked for in `app`, which consented.
+async fn provisioned_with_a_copy_in_app() -> (Cluster, RecordingClickHouse) {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app"]);
+    c.create_tenant("acme").await;
+    asking_for_copies_in(&c, &["app"]).await;
+    c.provisioner(&ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap();
+    assert!(secret_in(&c, "app", "acme-db").await.is_some());
+    (c, ch)
 }
 
 async fn reported_copies(c: &Cluster) -> Vec<CopyStatus> {
@@ -104,7 +101,7 @@ async fn a_copy_is_written_only_where_its_namespace_consented_and_each_is_report
     outcome.unwrap();
 
     let copy = secret_in(&c, "app", "acme-db").await.expect("the copy");
-    assert_eq!(data(&copy), expected_copy(&c).await);
+    assert_eq!(secret_data(&copy), expected_copy(&c).await);
     assert_eq!(copy.labels()["example.com/team"], "payments");
     assert_eq!(
         copy.labels()["sentry.io/tenant-uid"],
@@ -142,31 +139,20 @@ async fn a_copy_is_written_only_where_its_namespace_consented_and_each_is_report
 
 #[tokio::test]
 async fn a_rotation_rewrites_the_copy_in_the_same_run() {
-    let c = Cluster::new().await;
-    let ch = RecordingClickHouse::new(MODERN);
-    consent_in(&c, &["app"]);
-    c.create_tenant("acme").await;
-    asking_for_copies_in(&c, &["app"]).await;
+    let (c, ch) = provisioned_with_a_copy_in_app().await;
     let p = c.provisioner(&ch, false);
-    p.run(&acme(), RunAction::Provision).await.unwrap();
-    let before = data(&secret_in(&c, "app", "acme-db").await.unwrap());
+    let before = secret_data(&secret_in(&c, "app", "acme-db").await.unwrap());
 
     p.run(&acme(), RunAction::Rotate).await.unwrap();
-    let after = data(&secret_in(&c, "app", "acme-db").await.unwrap());
+    let after = secret_data(&secret_in(&c, "app", "acme-db").await.unwrap());
     assert_ne!(after["password"], before["password"]);
     assert_eq!(after, expected_copy(&c).await);
 }
 
 #[tokio::test]
 async fn a_copy_no_longer_asked_for_is_deleted_and_leaves_the_report() {
-    let c = Cluster::new().await;
-    let ch = RecordingClickHouse::new(MODERN);
-    consent_in(&c, &["app"]);
-    c.create_tenant("acme").await;
-    asking_for_copies_in(&c, &["app"]).await;
+    let (c, ch) = provisioned_with_a_copy_in_app().await;
     let p = c.provisioner(&ch, false);
-    p.run(&acme(), RunAction::Provision).await.unwrap();
-    assert!(secret_in(&c, "app", "acme-db").await.is_some());
 
     asking_for_copies_in(&c, &[]).await;
     p.run(&acme(), RunAction::Deliver).await.unwrap();
