@@ -1518,22 +1518,24 @@ pub mod clickhouse_seam {
         /// A user that exists in ClickHouse with some password (made or changed by hand, or by a
         /// lost run), as an admin does it: `CREATE USER` or `ALTER USER`, the hash computed here.
         pub fn add_user(&self, user: &str, password: &str) {
-            let mut state = self.state.lock().unwrap();
-            let statement = if state.model.users.contains_key(user) {
+            let statement = if self.has_user(user) {
                 "ALTER USER"
             } else {
                 "CREATE USER"
             };
-            let sql = format!(
+            self.run_by_hand(&format!(
                 "{statement} `{user}` IDENTIFIED WITH sha256_hash BY '{}'",
                 sha256_hex(password)
-            );
+            ));
+        }
+        /// A statement an admin runs by hand, which the server must accept; not in the log of what
+        /// the provisioner sent.
+        pub fn run_by_hand(&self, sql: &str) {
+            let mut state = self.state.lock().unwrap();
             let version = self.version.clone();
-            state
-                .model
-                .serve(&version, Login::Admin, &sql)
-                .expect("the user is made");
-            // Made by hand, not by the provisioner: not in the log of what the provisioner sent.
+            if let Err(refused) = state.model.serve(&version, Login::Admin, sql) {
+                panic!("{sql}: refused: {}", refused.message);
+            }
             state.model.statements.pop();
         }
         /// Whether `user`'s logins are locked (`HOST NONE`), as the last statement about it left them.

@@ -474,6 +474,48 @@ async fn delete_drops_user_and_database_and_deletes_the_secret() {
 
 /// reclaimPolicy Delete deletes the Secret it read, by uid (a Secret made under the name meanwhile is
 /// not it); one gone before its delete arrives counts as deleted; a delete the API refuses fails the run.
+/// The user of the tenant's name was dropped and made again for another install's tenant (it carries
+/// that tenant's owner mark) while the database stayed this tenant's: Delete drops the database and
+/// leaves the user, saying so.
+#[tokio::test]
+async fn delete_leaves_a_user_of_the_name_that_is_now_anothers_and_drops_the_database() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    provisioned_then_deleted(&c, &ch, ReclaimPolicy::Delete).await;
+    let other = "sentry-tenants/other/acme/0f3e9c1a-5b7d-4e2a-9c8f-1d2e3f4a5b6c";
+    for sql in [
+        format!("DROP USER `{USER}`"),
+        format!(
+            "CREATE USER `{USER}` IDENTIFIED WITH sha256_hash BY '{}'",
+            "ab".repeat(32)
+        ),
+        format!("CREATE ROLE IF NOT EXISTS `{other}`"),
+        format!("GRANT `{other}` TO `{USER}`"),
+    ] {
+        ch.run_by_hand(&sql);
+    }
+    ch.clear();
+
+    let outcome = provisioner(&c, &ch)
+        .run(&acme(), RunAction::Deprovision)
+        .await
+        .unwrap();
+    assert!(ch.has_user(USER), "{:?}", ch.ddl());
+    assert!(!ch.has_database(DATABASE), "{:?}", ch.ddl());
+    let user_dropped: Vec<_> = ch
+        .ddl()
+        .into_iter()
+        .filter(|s| s.contains(USER) && s.starts_with("DROP"))
+        .collect();
+    assert!(user_dropped.is_empty(), "{user_dropped:?}");
+    assert!(
+        outcome.describe().contains("other/acme"),
+        "the user's owner named: {}",
+        outcome.describe()
+    );
+    assert!(secret(&c).await.is_none());
+}
+
 #[tokio::test]
 async fn the_secret_read_is_the_one_deleted_and_only_a_refused_delete_fails_the_run() {
     let c = Cluster::new().await;
