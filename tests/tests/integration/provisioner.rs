@@ -904,6 +904,29 @@ async fn provisioned_on_a_current_server(grace: &str) -> (Cluster, RecordingClic
     (c, ch)
 }
 
+/// `status.credentials.rotatedAt`, which a rotation schedule counts from, is when a run last changed
+/// the password: the Provision run that made it, a Rotate run; a re-run that changed nothing keeps it.
+#[tokio::test]
+async fn the_password_is_dated_by_the_run_that_changed_it_and_a_rerun_keeps_the_date() {
+    let (c, ch) = provisioned_on_a_current_server("1h").await;
+    let p = provisioner(&c, &ch, false);
+    let rotated_at = async || {
+        let t = c.tenant("acme").await;
+        let credentials = t.status.unwrap().credentials.unwrap();
+        credentials.rotated_at.expect("rotatedAt").0.as_second()
+    };
+    let made = c.clock.now().as_second();
+    assert_eq!(rotated_at().await, made, "dated by the Provision run");
+
+    c.clock.advance(SignedDuration::from_secs(3600));
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    assert_eq!(rotated_at().await, made, "a re-run changed no password");
+
+    c.clock.advance(SignedDuration::from_secs(3600));
+    p.run(&acme(), RunAction::Rotate).await.unwrap();
+    assert_eq!(rotated_at().await, c.clock.now().as_second());
+}
+
 /// A suspended tenant's logins stay locked through a Rotate and a Revoke: the new password is
 /// ClickHouse's and on file, and no login is tried with it (one would be refused, failing the run).
 #[tokio::test]
