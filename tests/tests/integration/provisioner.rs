@@ -421,17 +421,36 @@ async fn spec_and_a_display_name_are_never_written() {
 
 #[tokio::test]
 async fn an_old_server_is_refused_before_anything_is_written() {
+    for version in ["18.16.1", "20.3.21.2"] {
+        let c = Cluster::new().await;
+        c.create_tenant("acme").await;
+        let ch = RecordingClickHouse::new(version);
+        let err = provisioner(&c, &ch, false)
+            .run(&acme(), RunAction::Provision)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ProvisionError::ServerTooOld { .. }),
+            "{version}"
+        );
+        assert!(err.to_string().contains("needs ClickHouse 20.4 or newer"));
+        assert_eq!(ch.statements(), ["SELECT version()"]);
+        assert!(password(&c).await.is_none());
+    }
+}
+
+/// 20.4, the first release with SQL access control, is enough.
+#[tokio::test]
+async fn the_first_server_with_access_control_is_provisioned() {
     let c = Cluster::new().await;
     c.create_tenant("acme").await;
-    let ch = RecordingClickHouse::new("18.16.1");
-    let err = provisioner(&c, &ch, false)
+    let ch = RecordingClickHouse::new("20.4.2.9");
+    provisioner(&c, &ch, false)
         .run(&acme(), RunAction::Provision)
         .await
-        .unwrap_err();
-    assert!(matches!(err, ProvisionError::ServerTooOld { .. }));
-    assert!(err.to_string().contains("needs ClickHouse 20.4 or newer"));
-    assert_eq!(ch.statements(), ["SELECT version()"]);
-    assert!(password(&c).await.is_none());
+        .unwrap();
+    let password = password(&c).await.unwrap();
+    assert!(ch.may_log_in(USER, &password));
 }
 
 #[tokio::test]
