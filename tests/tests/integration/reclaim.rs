@@ -422,7 +422,7 @@ async fn retain_locks_the_user_keeps_the_rest_and_a_new_tenant_adopts_it_with_th
     assert_eq!(password_of(&adopted), before, "byte-identical password");
     assert_eq!(
         adopted.owner_references()[0].uid,
-        new.metadata.uid.unwrap(),
+        new.metadata.uid.clone().unwrap(),
         "owned by the new tenant"
     );
     assert!(!adopted.labels().contains_key(RETAINED_FOR));
@@ -430,6 +430,11 @@ async fn retain_locks_the_user_keeps_the_rest_and_a_new_tenant_adopts_it_with_th
     assert_eq!(ch.is_locked(USER), Some(false), "logins allowed again");
     let password = String::from_utf8(before).unwrap();
     assert!(ch.may_log_in(USER, &password));
+    // The deleted tenant's owner mark gone with it: what it retained is the new tenant's alone.
+    let mark = format!("sentry-tenants/{NS}/acme/{}", new.metadata.uid.unwrap());
+    let (roles, marks) = ch.model(|m| (m.roles.clone(), m.role_grants[USER].clone()));
+    assert_eq!(roles.into_iter().collect::<Vec<_>>(), [mark.clone()]);
+    assert_eq!(marks.into_iter().collect::<Vec<_>>(), [mark]);
 }
 
 #[tokio::test]
