@@ -12,6 +12,7 @@ use sentry_tenants::names::{ClickHousePrefix, TenantName};
 use sentry_tenants::provision::{
     ChError, Outcome, PASSWORD_KEY, ProvisionError, Provisioner, TenantSync,
 };
+use sentry_tenants_tests::clickhouse_model::access::Object;
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS};
 use serde_json::json;
@@ -249,6 +250,71 @@ async fn a_user_that_is_not_the_tenants_is_refused_even_with_rotate() {
         password(&c).await.is_none(),
         "refused before a Secret was written"
     );
+}
+
+/// A tenant provisioned before owner marks existed (its user and database carry none; its status
+/// records them) is marked at its next run, its user even when its database is gone.
+#[tokio::test]
+async fn a_tenant_from_before_owner_marks_is_marked_at_its_next_run() {
+    for database_dropped in [false, true] {
+        let c = Cluster::new().await;
+        let t = c.create_tenant("acme").await;
+        let ch = RecordingClickHouse::new(MODERN);
+        let p = provisioner(&c, &ch, false);
+        p.run(&acme(), RunAction::Provision).await.unwrap();
+        let mark = format!("sentry-tenants/{NS}/acme/{}", t.metadata.uid.unwrap());
+        ch.run_by_hand(&format!("DROP ROLE IF EXISTS `{mark}`"));
+        if database_dropped {
+            ch.run_by_hand("DROP DATABASE `tenant_acme`");
+        }
+        assert!(ch.model(|m| m.roles.is_empty() && m.role_grants[USER].is_empty()));
+
+        c.set_suspended("acme", true).await;
+        p.run(&acme(), RunAction::Suspend)
+            .await
+            .unwrap_or_else(|e| panic!("database dropped: {database_dropped}: {e}"));
+        let (user_marks, database_marks) = ch.model(|m| {
+            let database_marks: Vec<_> =
+                m.grants.get(&mark).into_iter().flatten().cloned().collect();
+            (m.role_grants[USER].clone(), database_marks)
+        });
+        assert_eq!(user_marks.into_iter().collect::<Vec<_>>(), [mark.clone()]);
+        let database_marked = database_marks
+            .iter()
+            .any(|(_, on)| *on == Object::Database("tenant_acme".into()));
+        assert_eq!(database_marked, !database_dropped, "{database_marks:?}");
+        assert_eq!(ch.is_locked(USER), Some(true));
+    }
+}
+
+/// Credentials on file prove a user of the tenant's name only by logging in to it: a run cut short
+/// after storing them, then a user of that name made by hand with another password, is refused before
+/// any statement, and the password on file stays.
+#[tokio::test]
+async fn credentials_on_file_that_do_not_log_in_prove_no_user_the_tenants() {
+    let c = Cluster::new().await;
+    c.create_tenant("acme").await;
+    let ch = RecordingClickHouse::new(MODERN);
+    // The version and the two existence probes answered; the first statement after the Secret fails.
+    ch.fail_after(3, ChError::Unreachable("connection reset".into()));
+    provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    ch.recover();
+    let on_file = password(&c).await.expect("stored before the user was made");
+    assert!(!ch.has_user(USER));
+
+    ch.add_user(USER, "someone-elses-password");
+    ch.clear();
+    let err = provisioner(&c, &ch, false)
+        .run(&acme(), RunAction::Provision)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProvisionError::NotOurs { .. }), "{err}");
+    assert!(ch.ddl().is_empty(), "{:?}", ch.ddl());
+    assert!(ch.password_matches(USER, "someone-elses-password"));
+    assert_eq!(password(&c).await, Some(on_file));
 }
 
 #[tokio::test]
