@@ -958,6 +958,8 @@ impl<C: ClickHouse> Provisioner<C> {
             .flat_map(|v| v.predecessors())
             .map(Owner::role)
             .collect();
+        // The user and the database usually carry the same predecessors: each dropped once.
+        roles.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         roles.dedup_by(|a, b| a.as_str() == b.as_str());
         for role in roles {
             self.exec(&sql::drop_role(ids, &role).sql).await?;
