@@ -1279,6 +1279,31 @@ mod tests {
     }
 
     #[test]
+    fn a_dry_run_lists_the_statements_of_the_action_in_order() {
+        let args = parse(&[
+            "--action",
+            "deprovision",
+            "--clickhouse-prefix",
+            "tenant",
+            "--dry-run",
+        ])
+        .unwrap();
+        assert_eq!(
+            super::dry_run(&args).unwrap(),
+            [
+                "SELECT version()",
+                "SELECT count() FROM system.users WHERE name = 'tenant_acme_user'",
+                "SELECT granted_role_name FROM system.role_grants WHERE user_name = 'tenant_acme_user'",
+                "SELECT count() FROM system.databases WHERE name = 'tenant_acme'",
+                "SELECT DISTINCT role_name FROM system.grants WHERE database = 'tenant_acme'",
+                "ALTER USER `tenant_acme_user` HOST NONE",
+            ]
+        );
+        let bad = parse(&["--dry-run", "--namespace", "Not_A_Namespace"]).unwrap();
+        assert!(super::dry_run(&bad).is_err(), "a malformed namespace");
+    }
+
+    #[test]
     fn a_memory_limit_flag_that_is_not_one_is_refused_with_the_reason() {
         for (value, reason) in [
             ("4G", "must be 1 to 9999 followed by Mi or Gi"),
