@@ -1300,7 +1300,11 @@ mod tests {
             ]
         );
         let bad = parse(&["--dry-run", "--namespace", "Not_A_Namespace"]).unwrap();
-        assert!(super::dry_run(&bad).is_err(), "a malformed namespace");
+        let err = super::dry_run(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("\"Not_A_Namespace\" is not a valid namespace name"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -491,8 +491,6 @@ async fn delete_drops_user_and_database_and_deletes_the_secret() {
     assert!(secret(&c).await.is_none());
 }
 
-/// reclaimPolicy Delete deletes the Secret it read, by uid (a Secret made under the name meanwhile is
-/// not it); one gone before its delete arrives counts as deleted; a delete the API refuses fails the run.
 /// The user of the tenant's name was dropped and made again for another install's tenant (it carries
 /// that tenant's owner mark) while the database stayed this tenant's: Delete drops the database and
 /// leaves the user, saying so.
@@ -535,6 +533,8 @@ async fn delete_leaves_a_user_of_the_name_that_is_now_anothers_and_drops_the_dat
     assert!(secret(&c).await.is_none());
 }
 
+/// reclaimPolicy Delete deletes the Secret it read, by uid (a Secret made under the name meanwhile is
+/// not it); one gone before its delete arrives counts as deleted; a delete the API refuses fails the run.
 #[tokio::test]
 async fn the_secret_read_is_the_one_deleted_and_only_a_refused_delete_fails_the_run() {
     let c = Cluster::new().await;
