@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 const MODERN: &str = "24.8.4.13";
 /// What the provisioner's ClusterRole grants in a namespace that consented.
 const GRANTED: [&str; 5] = ["get", "create", "update", "patch", "delete"];
+
 /// Answers every SelfSubjectAccessReview as RBAC would with `consenting` namespaces bound.
 fn consent_in(c: &Cluster, consenting: &[&str]) {
     let consenting: BTreeSet<String> = consenting.iter().map(|n| n.to_string()).collect();
