@@ -121,3 +121,63 @@ fn is_absolute_path(s: &str) -> bool {
         && s.chars()
             .all(|c| c.is_ascii_graphic() && !"\"'`\\".contains(c))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_tantivy_root(root: &str) -> OperatorConfig {
+        let mut config = OperatorConfig::for_namespace("sentry-tenants");
+        config.shared.tantivy_root = root.to_owned();
+        config
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(
+            OperatorConfig::for_namespace("sentry-tenants").validate(),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_malformed_namespace_is_refused_before_the_operator_starts() {
+        let config = OperatorConfig::for_namespace("Not_A_Label");
+        assert_eq!(
+            config.validate(),
+            Err(ValueError::Namespace("Not_A_Label".to_owned()))
+        );
+    }
+
+    #[test]
+    fn the_tantivy_root_is_an_absolute_path_without_spaces_or_quotes() {
+        assert_eq!(
+            with_tantivy_root("/var/lib/tantivy-1.0_x").validate(),
+            Ok(())
+        );
+        for root in [
+            "var/lib/tantivy",
+            "",
+            "/var/lib/my tantivy",
+            "/var/lib/\"tantivy\"",
+            "/var/lib/'tantivy'",
+            "/var/lib/`tantivy`",
+            "/var/lib\\tantivy",
+            "/var/lib/tantivé",
+            "/var/lib/\ttantivy",
+        ] {
+            let refused = with_tantivy_root(root).validate();
+            assert_eq!(
+                refused,
+                Err(ValueError::TantivyRoot(root.to_owned())),
+                "{root:?}"
+            );
+            assert_eq!(
+                refused.unwrap_err().to_string(),
+                format!(
+                    "--tantivy-root {root:?} must be an absolute path without spaces or quotes"
+                )
+            );
+        }
+    }
+}

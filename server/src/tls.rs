@@ -56,3 +56,55 @@ fn certificates(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'sta
 pub fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
     certificates(pem).map(|c| c.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+
+    /// A PEM block of each DER certificate given, as a CA bundle holds them.
+    fn pem_of(ders: &[&[u8]]) -> String {
+        ders.iter()
+            .map(|der| {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+                format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+            })
+            .collect()
+    }
+
+    fn roots(n: usize) -> Vec<&'static [u8]> {
+        webpki_root_certs::TLS_SERVER_ROOT_CERTS[..n]
+            .iter()
+            .map(|c| c.as_ref())
+            .collect()
+    }
+
+    #[test]
+    fn a_bundle_is_counted_by_its_certificates() {
+        assert_eq!(pem_certificates(pem_of(&roots(1)).as_bytes()), Ok(1));
+        assert_eq!(pem_certificates(pem_of(&roots(3)).as_bytes()), Ok(3));
+    }
+
+    #[test]
+    fn a_bundle_without_a_certificate_or_with_a_broken_one_is_unusable() {
+        assert_eq!(
+            pem_certificates(b"just text\n"),
+            Err("no CERTIFICATE block in it".to_owned())
+        );
+        let broken = "-----BEGIN CERTIFICATE-----\n!!!not base64!!!\n-----END CERTIFICATE-----\n";
+        let refused = pem_certificates(broken.as_bytes()).unwrap_err();
+        assert!(refused.starts_with("not PEM: "), "{refused}");
+        let refused = with_ca_bundle(b"")
+            .err()
+            .expect("an empty bundle is refused");
+        assert_eq!(
+            refused,
+            "the CA bundle is unusable: no CERTIFICATE block in it"
+        );
+    }
+
+    #[test]
+    fn a_bundle_of_real_roots_makes_a_connector() {
+        assert!(with_ca_bundle(pem_of(&roots(2)).as_bytes()).is_ok());
+    }
+}
