@@ -409,6 +409,45 @@ mod tests {
         assert_eq!(keys, ["password", "uri", "username"]);
     }
 
+    /// What is sent to the apiserver, field by field: the entry's place and name, type Opaque, the
+    /// data as given, the entry's labels and annotations with ours beside them (known values).
+    #[test]
+    fn a_copy_is_an_opaque_secret_in_the_entrys_namespace_marked_as_the_tenants() {
+        let tenant: Tenant = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sentry.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": "acme", "namespace": "sentry-tenants", "uid": "u-1"},
+            "spec": {},
+        }))
+        .unwrap();
+        let entry: CredentialsCopy = serde_json::from_value(serde_json::json!({
+            "namespace": "app", "secretName": "acme-db",
+            "labels": {"example.com/team": "payments"},
+            "annotations": {"example.com/reload": "true"},
+        }))
+        .unwrap();
+        let copy = copy_secret(&tenant, &entry, &data(&[("password", "p")]), "h-1");
+        let copy = serde_json::to_value(copy).unwrap();
+        assert_eq!(copy["metadata"]["namespace"], "app");
+        assert_eq!(copy["metadata"]["name"], "acme-db");
+        assert_eq!(copy["type"], "Opaque");
+        assert_eq!(copy["data"], serde_json::json!({"password": "cA=="}));
+        assert_eq!(
+            copy["metadata"]["annotations"],
+            serde_json::json!({"example.com/reload": "true", "sentry.io/credentials-hash": "h-1"})
+        );
+        let labels = &copy["metadata"]["labels"];
+        for (key, value) in [
+            ("example.com/team", "payments"),
+            ("app.kubernetes.io/component", "credentials-copy"),
+            ("app.kubernetes.io/instance", "acme"),
+            ("sentry.io/tenant", "acme"),
+            ("sentry.io/tenant-uid", "u-1"),
+            ("sentry.io/tenant-namespace", "sentry-tenants"),
+        ] {
+            assert_eq!(labels[key], value, "{key}");
+        }
+    }
+
     /// Known answer, from the shell (each field an 8-byte big-endian length and its bytes):
     /// `{ printf 'sentry-tenants/credentials/v1\0'; printf '\0\0\0\0\0\0\0\x02u1';
     /// printf '\0\0\0\0\0\0\0\x01a'; printf '\0\0\0\0\0\0\0\x01b'; } | sha256sum`
