@@ -161,3 +161,69 @@ async fn a_copy_no_longer_asked_for_is_deleted_and_leaves_the_report() {
     let left = reported_copies(&c).await;
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test]
+async fn a_copy_that_already_holds_the_credentials_is_not_written_again() {
+    let (c, ch) = provisioned_with_a_copy_in_app().await;
+    let p = c.provisioner(&ch, false);
+    let (outcome, writes) = c
+        .log
+        .writes_during(p.run(&acme(), RunAction::Deliver))
+        .await;
+    outcome.unwrap();
+    let into_app: Vec<_> = writes
+        .iter()
+        .filter(|w| w.path.contains("/namespaces/app/"))
+        .map(|w| format!("{} {}", w.method, w.path))
+        .collect();
+    assert!(into_app.is_empty(), "{into_app:?}");
+    assert_eq!(reported_copies(&c).await[0].state, CopyState::Delivered);
+}
+
+#[tokio::test]
+async fn a_secret_of_the_copys_name_not_made_for_the_tenant_is_never_written_or_deleted() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app"]);
+    let theirs = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("acme-db".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "password".to_owned(),
+            k8s_openapi::ByteString(b"the app's own".to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(c.admin.clone(), "app")
+        .create(&Default::default(), &theirs)
+        .await
+        .unwrap();
+    let before = secret_data(&secret_in(&c, "app", "acme-db").await.unwrap());
+    assert_eq!(before["password"], b"the app's own");
+    c.create_tenant("acme").await;
+    asking_for_copies_in(&c, &["app"]).await;
+    let p = c.provisioner(&ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+
+    let copies = reported_copies(&c).await;
+    assert_eq!(copies[0].state, CopyState::Conflict);
+    assert!(
+        copies[0]
+            .message
+            .contains("is not a copy of this tenant's credentials"),
+        "{}",
+        copies[0].message
+    );
+    assert_eq!(
+        secret_data(&secret_in(&c, "app", "acme-db").await.unwrap()),
+        before
+    );
+
+    // No longer asked for: the Secret is still not the tenant's to delete.
+    asking_for_copies_in(&c, &[]).await;
+    p.run(&acme(), RunAction::Deliver).await.unwrap();
+    let left = secret_in(&c, "app", "acme-db").await.expect("left alone");
+    assert_eq!(secret_data(&left), before);
+}
