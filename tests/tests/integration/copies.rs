@@ -100,6 +100,17 @@ async fn a_copy_is_written_only_where_its_namespace_consented_and_each_is_report
         .writes_during(p.run(&acme(), RunAction::Provision))
         .await;
     outcome.unwrap();
+    let created: Vec<_> = writes
+        .iter()
+        .filter(|w| w.method == Method::POST && w.path.ends_with("/namespaces/app/secrets"))
+        .map(|w| {
+            w.query
+                .split('&')
+                .filter(|kv| !kv.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(created, [["fieldManager=sentry-tenants-provisioner"]]);
 
     let copy = secret_in(&c, "app", "acme-db").await.expect("the copy");
     assert_eq!(secret_data(&copy), expected_copy(&c).await);
@@ -226,4 +237,31 @@ async fn a_secret_of_the_copys_name_not_made_for_the_tenant_is_never_written_or_
     p.run(&acme(), RunAction::Deliver).await.unwrap();
     let left = secret_in(&c, "app", "acme-db").await.expect("left alone");
     assert_eq!(secret_data(&left), before);
+}
+
+#[tokio::test]
+async fn a_copy_whose_labels_or_annotations_changed_is_rewritten() {
+    let (c, ch) = provisioned_with_a_copy_in_app().await;
+    let p = c.provisioner(&ch, false);
+    c.patch_spec(
+        "acme",
+        json!({"credentials": {"copies": [{"namespace": "app", "secretName": "acme-db",
+            "labels": {"example.com/team": "billing"}}]}}),
+    )
+    .await;
+    p.run(&acme(), RunAction::Deliver).await.unwrap();
+    let copy = secret_in(&c, "app", "acme-db").await.unwrap();
+    assert_eq!(copy.labels()["example.com/team"], "billing");
+
+    c.patch_spec(
+        "acme",
+        json!({"credentials": {"copies": [{"namespace": "app", "secretName": "acme-db",
+            "labels": {"example.com/team": "billing"},
+            "annotations": {"example.com/reload": "true"}}]}}),
+    )
+    .await;
+    p.run(&acme(), RunAction::Deliver).await.unwrap();
+    let copy = secret_in(&c, "app", "acme-db").await.unwrap();
+    assert_eq!(copy.annotations()["example.com/reload"], "true");
+    assert_eq!(secret_data(&copy), expected_copy(&c).await);
 }
