@@ -15,7 +15,7 @@ use kube::api::Api;
 use sentry_tenants::crd::{CopyState, CopyStatus, RunAction};
 use sentry_tenants::names::TenantName;
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
-use sentry_tenants_tests::{Cluster, NS, app_copy_of, secret_data};
+use sentry_tenants_tests::{Cluster, NS, app_copy_of, secret_data, status_body};
 use serde_json::{Value, json};
 
 const MODERN: &str = "24.8.4.13";
@@ -24,8 +24,24 @@ const GRANTED: [&str; 5] = ["get", "create", "update", "patch", "delete"];
 
 /// Answers every SelfSubjectAccessReview as RBAC would with `consenting` namespaces bound.
 fn consent_in(c: &Cluster, consenting: &[&str]) {
+    consent_in_refusing_writes(c, consenting, None);
+}
+
+/// [`consent_in`], and the copy's create in `app` refused with `refusal`'s code and reason, as
+/// an apiserver whose RBAC changed after the review (403) or that failed (500) answers.
+fn consent_in_refusing_writes(
+    c: &Cluster,
+    consenting: &[&str],
+    refusal: Option<(u16, &'static str)>,
+) {
     let consenting: BTreeSet<String> = consenting.iter().map(|n| n.to_string()).collect();
     c.intercept.set(move |method, path, _, review| {
+        if let Some((code, reason)) = refusal
+            && *method == Method::POST
+            && path.ends_with("/namespaces/app/secrets")
+        {
+            return Some((code, status_body(code, reason, "refused by the test")));
+        }
         if *method != Method::POST || !path.ends_with("/selfsubjectaccessreviews") {
             return None;
         }
@@ -264,4 +280,38 @@ async fn a_copy_whose_labels_or_annotations_changed_is_rewritten() {
     let copy = secret_in(&c, "app", "acme-db").await.unwrap();
     assert_eq!(copy.annotations()["example.com/reload"], "true");
     assert_eq!(secret_data(&copy), expected_copy(&c).await);
+}
+
+#[tokio::test]
+async fn a_write_refused_after_consent_is_reported_as_no_consent_and_any_other_failure_as_failed() {
+    for (refusal, state, says) in [
+        (
+            (403, "Forbidden"),
+            CopyState::NoConsent,
+            "sentry-tenants grant-credentials app",
+        ),
+        (
+            (500, "InternalError"),
+            CopyState::Failed,
+            "write Secret app/acme-db",
+        ),
+    ] {
+        let c = Cluster::new().await;
+        let ch = RecordingClickHouse::new(MODERN);
+        consent_in_refusing_writes(&c, &["app"], Some(refusal));
+        c.create_tenant("acme").await;
+        asking_for_copies_in(&c, &["app"]).await;
+        c.provisioner(&ch, false)
+            .run(&acme(), RunAction::Provision)
+            .await
+            .unwrap();
+        let copies = reported_copies(&c).await;
+        assert_eq!(copies[0].state, state, "{refusal:?}");
+        assert!(
+            copies[0].message.contains(says),
+            "{refusal:?}: {}",
+            copies[0].message
+        );
+        assert!(secret_in(&c, "app", "acme-db").await.is_none());
+    }
 }
