@@ -94,9 +94,7 @@ mod tests {
         let broken = "-----BEGIN CERTIFICATE-----\n!!!not base64!!!\n-----END CERTIFICATE-----\n";
         let refused = pem_certificates(broken.as_bytes()).unwrap_err();
         assert!(refused.starts_with("not PEM: "), "{refused}");
-        let refused = with_ca_bundle(b"")
-            .err()
-            .expect("an empty bundle is refused");
+        let refused = with_ca_bundle(b"").expect_err("an empty bundle is refused");
         assert_eq!(
             refused,
             "the CA bundle is unusable: no CERTIFICATE block in it"
