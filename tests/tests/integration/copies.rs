@@ -15,7 +15,7 @@ use kube::api::Api;
 use sentry_tenants::crd::{CopyState, CopyStatus, RunAction};
 use sentry_tenants::names::TenantName;
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
-use sentry_tenants_tests::{Cluster, NS, app_copy_of, secret_data, status_body};
+use sentry_tenants_tests::{Cluster, NS, Recorded, app_copy_of, secret_data, status_body};
 use serde_json::{Value, json};
 
 const MODERN: &str = "24.8.4.13";
@@ -84,17 +84,34 @@ async fn expected_copy(c: &Cluster) -> BTreeMap<String, Vec<u8>> {
 
 /// `acme` provisioned with a copy asked for in `app`, which consented.
 async fn provisioned_with_a_copy_in_app() -> (Cluster, RecordingClickHouse) {
+    let (c, ch) = provisioned_asking_for_a_copy_in_app(None).await;
+    assert!(secret_in(&c, "app", "acme-db").await.is_some());
+    (c, ch)
+}
+
+/// `acme` provisioned asking for a copy in `app`, which consented; its write refused as
+/// [`consent_in_refusing_writes`] says.
+async fn provisioned_asking_for_a_copy_in_app(
+    refusal: Option<(u16, &'static str)>,
+) -> (Cluster, RecordingClickHouse) {
     let c = Cluster::new().await;
     let ch = RecordingClickHouse::new(MODERN);
-    consent_in(&c, &["app"]);
+    consent_in_refusing_writes(&c, &["app"], refusal);
     c.create_tenant("acme").await;
     asking_for_copies_in(&c, &["app"]).await;
     c.provisioner(&ch, false)
         .run(&acme(), RunAction::Provision)
         .await
         .unwrap();
-    assert!(secret_in(&c, "app", "acme-db").await.is_some());
     (c, ch)
+}
+
+/// The API writes of one provisioner run of `action` on `acme`, which must succeed.
+async fn writes_of(c: &Cluster, ch: &RecordingClickHouse, action: RunAction) -> Vec<Recorded> {
+    let p = c.provisioner(ch, false);
+    let (outcome, writes) = c.log.writes_during(p.run(&acme(), action)).await;
+    outcome.unwrap();
+    writes
 }
 
 async fn reported_copies(c: &Cluster) -> Vec<CopyStatus> {
@@ -110,12 +127,7 @@ async fn a_copy_is_written_only_where_its_namespace_consented_and_each_is_report
     c.create_tenant("acme").await;
     asking_for_copies_in(&c, &["app", "other"]).await;
 
-    let p = c.provisioner(&ch, false);
-    let (outcome, writes) = c
-        .log
-        .writes_during(p.run(&acme(), RunAction::Provision))
-        .await;
-    outcome.unwrap();
+    let writes = writes_of(&c, &ch, RunAction::Provision).await;
     let created: Vec<_> = writes
         .iter()
         .filter(|w| w.method == Method::POST && w.path.ends_with("/namespaces/app/secrets"))
@@ -192,12 +204,7 @@ async fn a_copy_no_longer_asked_for_is_deleted_and_leaves_the_report() {
 #[tokio::test]
 async fn a_copy_that_already_holds_the_credentials_is_not_written_again() {
     let (c, ch) = provisioned_with_a_copy_in_app().await;
-    let p = c.provisioner(&ch, false);
-    let (outcome, writes) = c
-        .log
-        .writes_during(p.run(&acme(), RunAction::Deliver))
-        .await;
-    outcome.unwrap();
+    let writes = writes_of(&c, &ch, RunAction::Deliver).await;
     let into_app: Vec<_> = writes
         .iter()
         .filter(|w| w.path.contains("/namespaces/app/"))
@@ -296,15 +303,7 @@ async fn a_write_refused_after_consent_is_reported_as_no_consent_and_any_other_f
             "write Secret app/acme-db",
         ),
     ] {
-        let c = Cluster::new().await;
-        let ch = RecordingClickHouse::new(MODERN);
-        consent_in_refusing_writes(&c, &["app"], Some(refusal));
-        c.create_tenant("acme").await;
-        asking_for_copies_in(&c, &["app"]).await;
-        c.provisioner(&ch, false)
-            .run(&acme(), RunAction::Provision)
-            .await
-            .unwrap();
+        let (c, _) = provisioned_asking_for_a_copy_in_app(Some(refusal)).await;
         let copies = reported_copies(&c).await;
         assert_eq!(copies[0].state, state, "{refusal:?}");
         assert!(
