@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use sentry_tenants::crd::{CopyState, CopyStatus, RunAction};
 use sentry_tenants::names::TenantName;
+use sentry_tenants::provision::ProvisionError;
 use sentry_tenants_tests::clickhouse_seam::RecordingClickHouse;
 use sentry_tenants_tests::{Cluster, NS, Recorded, app_copy_of, secret_data, status_body};
 use serde_json::{Value, json};
@@ -313,4 +314,43 @@ async fn a_write_refused_after_consent_is_reported_as_no_consent_and_any_other_f
         );
         assert!(secret_in(&c, "app", "acme-db").await.is_none());
     }
+}
+
+#[tokio::test]
+async fn a_copy_no_longer_asked_for_that_cannot_be_deleted_stays_reported_with_why_and_when() {
+    let (c, ch) = provisioned_with_a_copy_in_app().await;
+    let delivered_at = reported_copies(&c).await[0].at.clone();
+    // The namespace's consent withdrawn (its RoleBinding deleted), then the copy no longer asked for.
+    consent_in(&c, &[]);
+    asking_for_copies_in(&c, &[]).await;
+    c.clock.advance(jiff::SignedDuration::from_secs(60));
+    let failed = c
+        .provisioner(&ch, false)
+        .run(&acme(), RunAction::Deliver)
+        .await;
+    // The run fails (a copy it was to settle is not), and reports why.
+    assert!(
+        matches!(&failed, Err(ProvisionError::CopiesUndelivered { detail })
+            if detail.starts_with("app/acme-db: no longer asked for")),
+        "{failed:?}"
+    );
+
+    assert!(secret_in(&c, "app", "acme-db").await.is_some());
+    let left = reported_copies(&c).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].state, CopyState::NoConsent);
+    assert!(
+        left[0]
+            .message
+            .starts_with("no longer asked for, not deleted yet: ")
+            && left[0]
+                .message
+                .contains("sentry-tenants grant-credentials app"),
+        "{}",
+        left[0].message
+    );
+    assert_eq!(
+        left[0].at.0,
+        delivered_at.0 + jiff::SignedDuration::from_secs(60)
+    );
 }
