@@ -28,19 +28,21 @@ fn consent_in(c: &Cluster, consenting: &[&str]) {
     consent_in_refusing_writes(c, consenting, None);
 }
 
-/// [`consent_in`], and the copy's create in `app` refused with `refusal`'s code and reason, as
-/// an apiserver whose RBAC changed after the review (403) or that failed (500) answers.
+/// [`consent_in`], and the copy's create (POST) or delete (DELETE) in `app` refused with
+/// `refusal`'s code and reason, as an apiserver whose RBAC changed after the review (403) or that
+/// failed (500) answers.
 fn consent_in_refusing_writes(
     c: &Cluster,
     consenting: &[&str],
-    refusal: Option<(u16, &'static str)>,
+    refusal: Option<(Method, u16, &'static str)>,
 ) {
     let consenting: BTreeSet<String> = consenting.iter().map(|n| n.to_string()).collect();
     c.intercept.set(move |method, path, _, review| {
-        if let Some((code, reason)) = refusal
-            && *method == Method::POST
-            && path.ends_with("/namespaces/app/secrets")
+        if let Some((refused, code, reason)) = &refusal
+            && method == refused
+            && path.contains("/namespaces/app/secrets")
         {
+            let (code, reason) = (*code, *reason);
             return Some((code, status_body(code, reason, "refused by the test")));
         }
         if *method != Method::POST || !path.ends_with("/selfsubjectaccessreviews") {
@@ -93,7 +95,7 @@ async fn provisioned_with_a_copy_in_app() -> (Cluster, RecordingClickHouse) {
 /// `acme` provisioned asking for a copy in `app`, which consented; its write refused as
 /// [`consent_in_refusing_writes`] says.
 async fn provisioned_asking_for_a_copy_in_app(
-    refusal: Option<(u16, &'static str)>,
+    refusal: Option<(Method, u16, &'static str)>,
 ) -> (Cluster, RecordingClickHouse) {
     let c = Cluster::new().await;
     let ch = RecordingClickHouse::new(MODERN);
@@ -304,7 +306,8 @@ async fn a_write_refused_after_consent_is_reported_as_no_consent_and_any_other_f
             "write Secret app/acme-db",
         ),
     ] {
-        let (c, _) = provisioned_asking_for_a_copy_in_app(Some(refusal)).await;
+        let refusal = (Method::POST, refusal.0, refusal.1);
+        let (c, _) = provisioned_asking_for_a_copy_in_app(Some(refusal.clone())).await;
         let copies = reported_copies(&c).await;
         assert_eq!(copies[0].state, state, "{refusal:?}");
         assert!(
@@ -353,4 +356,38 @@ async fn a_copy_no_longer_asked_for_that_cannot_be_deleted_stays_reported_with_w
         left[0].at.0,
         delivered_at.0 + jiff::SignedDuration::from_secs(60)
     );
+}
+
+#[tokio::test]
+async fn a_delete_refused_after_consent_is_reported_as_no_consent_and_any_other_failure_as_failed()
+{
+    for ((code, reason), state, says) in [
+        (
+            (403, "Forbidden"),
+            CopyState::NoConsent,
+            "sentry-tenants grant-credentials app",
+        ),
+        (
+            (500, "InternalError"),
+            CopyState::Failed,
+            "delete Secret app/acme-db",
+        ),
+    ] {
+        let (c, ch) = provisioned_with_a_copy_in_app().await;
+        consent_in_refusing_writes(&c, &["app"], Some((Method::DELETE, code, reason)));
+        asking_for_copies_in(&c, &[]).await;
+        let failed = c
+            .provisioner(&ch, false)
+            .run(&acme(), RunAction::Deliver)
+            .await;
+        assert!(failed.is_err(), "{code}: the copy was not settled");
+        let left = reported_copies(&c).await;
+        assert_eq!(left[0].state, state, "{code}");
+        assert!(
+            left[0].message.contains(says),
+            "{code}: {}",
+            left[0].message
+        );
+        assert!(secret_in(&c, "app", "acme-db").await.is_some());
+    }
 }
