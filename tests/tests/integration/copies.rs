@@ -294,7 +294,7 @@ async fn a_copy_whose_labels_or_annotations_changed_is_rewritten() {
 
 #[tokio::test]
 async fn a_write_refused_after_consent_is_reported_as_no_consent_and_any_other_failure_as_failed() {
-    for (refusal, state, says) in [
+    for ((code, reason), state, says) in [
         (
             (403, "Forbidden"),
             CopyState::NoConsent,
@@ -306,13 +306,12 @@ async fn a_write_refused_after_consent_is_reported_as_no_consent_and_any_other_f
             "write Secret app/acme-db",
         ),
     ] {
-        let refusal = (Method::POST, refusal.0, refusal.1);
-        let (c, _) = provisioned_asking_for_a_copy_in_app(Some(refusal.clone())).await;
+        let (c, _) = provisioned_asking_for_a_copy_in_app(Some((Method::POST, code, reason))).await;
         let copies = reported_copies(&c).await;
-        assert_eq!(copies[0].state, state, "{refusal:?}");
+        assert_eq!(copies[0].state, state, "{code}");
         assert!(
             copies[0].message.contains(says),
-            "{refusal:?}: {}",
+            "{code}: {}",
             copies[0].message
         );
         assert!(secret_in(&c, "app", "acme-db").await.is_none());
