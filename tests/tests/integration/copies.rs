@@ -65,9 +65,15 @@ fn acme() -> TenantName {
 }
 
 async fn asking_for_copies_in(c: &Cluster, namespaces: &[&str]) {
-    let copies: Vec<Value> = namespaces
+    let copies: Vec<_> = namespaces.iter().map(|ns| (*ns, "acme-db")).collect();
+    asking_for_copies(c, &copies).await;
+}
+
+/// `acme`'s spec asking for a copy at each (namespace, Secret name).
+async fn asking_for_copies(c: &Cluster, copies: &[(&str, &str)]) {
+    let copies: Vec<Value> = copies
         .iter()
-        .map(|ns| json!({"namespace": ns, "secretName": "acme-db", "labels": {"example.com/team": "payments"}}))
+        .map(|(ns, name)| json!({"namespace": ns, "secretName": name, "labels": {"example.com/team": "payments"}}))
         .collect();
     c.patch_spec("acme", json!({"credentials": {"copies": copies}}))
         .await;
@@ -388,5 +394,82 @@ async fn a_delete_refused_after_consent_is_reported_as_no_consent_and_any_other_
             left[0].message
         );
         assert!(secret_in(&c, "app", "acme-db").await.is_some());
+    }
+}
+
+#[tokio::test]
+async fn a_copys_delete_names_the_uid_it_looked_at_so_a_secret_made_since_is_not_deleted() {
+    let (c, ch) = provisioned_with_a_copy_in_app().await;
+    let uid = secret_in(&c, "app", "acme-db")
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    asking_for_copies_in(&c, &[]).await;
+    let writes = writes_of(&c, &ch, RunAction::Deliver).await;
+    let deletes: Vec<_> = writes
+        .iter()
+        .filter(|w| w.method == Method::DELETE)
+        .map(|w| (w.path.as_str(), &w.body["preconditions"]))
+        .collect();
+    assert_eq!(
+        deletes,
+        [(
+            "/api/v1/namespaces/app/secrets/acme-db",
+            &json!({"uid": uid})
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_copy_gone_or_replaced_before_its_delete_counts_as_deleted() {
+    // 404: deleted by someone else since it was read; 409: its uid precondition failed, the Secret
+    // of that name is another one now (not ours to delete).
+    for (code, reason) in [(404, "NotFound"), (409, "Conflict")] {
+        let (c, ch) = provisioned_with_a_copy_in_app().await;
+        consent_in_refusing_writes(&c, &["app"], Some((Method::DELETE, code, reason)));
+        asking_for_copies_in(&c, &[]).await;
+        c.provisioner(&ch, false)
+            .run(&acme(), RunAction::Deliver)
+            .await
+            .unwrap_or_else(|e| panic!("{code}: {e:?}"));
+        let left = reported_copies(&c).await;
+        assert!(left.is_empty(), "{code}: {left:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_copy_moved_to_another_name_or_namespace_leaves_nothing_at_the_old_place() {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app", "web"]);
+    c.create_tenant("acme").await;
+    let p = c.provisioner(&ch, false);
+    let moves = [
+        ("app", "acme-db"),
+        ("app", "acme-clickhouse"), // same namespace, another name
+        ("web", "acme-clickhouse"), // same name, another namespace
+    ];
+    asking_for_copies(&c, &moves[..1]).await;
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    for pair in moves.windows(2) {
+        let ((from_ns, from), (to_ns, to)) = (pair[0], pair[1]);
+        asking_for_copies(&c, &[(to_ns, to)]).await;
+        p.run(&acme(), RunAction::Deliver).await.unwrap();
+        assert!(
+            secret_in(&c, from_ns, from).await.is_none(),
+            "{from_ns}/{from} left behind"
+        );
+        let moved = secret_in(&c, to_ns, to).await.expect("the moved copy");
+        assert_eq!(secret_data(&moved), expected_copy(&c).await);
+        let reported: Vec<_> = reported_copies(&c)
+            .await
+            .into_iter()
+            .map(|s| (s.namespace, s.secret_name, s.state))
+            .collect();
+        assert_eq!(
+            reported,
+            [(to_ns.to_owned(), to.to_owned(), CopyState::Delivered)]
+        );
     }
 }
