@@ -2,6 +2,8 @@
 //! Origin check) over a [`Backend`] the server crate implements on its caches and provides as context.
 //! Mutations are not here: they are plain form posts to `/actions/…`, handled by the server crate.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos::server_fn::codec::GetUrl;
 
@@ -14,6 +16,7 @@ pub use backend::{Backend, BoxFuture};
 mod backend {
     use std::future::Future;
     use std::pin::Pin;
+    use std::sync::Arc;
 
     use crate::model::{Meta, Overview, Page, RunDetail, RunRow, TenantDetail, TenantRow};
 
@@ -29,7 +32,8 @@ mod backend {
         fn leader(&self) -> BoxFuture<'_, Option<String>>;
         /// The page of tenants `query` asks for: filtered and paged on the cached objects, so only the
         /// page's rows are built.
-        fn tenants(&self, query: &super::TenantQuery) -> Page<TenantRow>;
+        /// The rows are shared: the server keeps a tenant's row while the tenant does not change.
+        fn tenants(&self, query: &super::TenantQuery) -> Page<Arc<TenantRow>>;
         /// Newest first.
         fn runs(&self, page: Option<usize>) -> Page<RunRow>;
         /// Includes recent Events, which are read from the API on demand.
@@ -101,12 +105,12 @@ pub async fn get_tenants(
     phase: Option<String>,
     q: Option<String>,
     page: Option<usize>,
-) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
+) -> Result<(Meta, Page<Arc<TenantRow>>), ServerFnError> {
     tenants_now(&TenantQuery::new(phase.as_deref(), q.as_deref(), page))
 }
 
 /// The tenants list's data, read while the page renders (see [`read_now`]).
-pub fn tenants_now(query: &TenantQuery) -> Result<(Meta, Page<TenantRow>), ServerFnError> {
+pub fn tenants_now(query: &TenantQuery) -> Result<(Meta, Page<Arc<TenantRow>>), ServerFnError> {
     read_now(|b| b.tenants(query))
 }
 

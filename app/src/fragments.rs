@@ -25,7 +25,9 @@ const CHARTS_KEPT: usize = 16;
 /// Everything a tenant row's HTML is made from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RowKey {
-    pub row: TenantRow,
+    /// Shared with the server's kept rows: compared by pointer first, so a row kept by both compares
+    /// without reading its strings.
+    pub row: Arc<TenantRow>,
     pub may: Allowed,
     /// The page the row's forms post back to.
     pub here: Arc<str>,
@@ -87,21 +89,22 @@ pub fn chart(key: ChartKey, render: impl FnOnce(&ChartKey) -> String) -> Arc<str
 
 /// Two generations of kept pieces: when the newer one is full it becomes the older and the older is
 /// dropped; a piece found in the older moves to the newer. What pages still show stays, what none
-/// showed for a generation goes, and no more than twice the bound is ever held.
-struct Kept<K> {
-    generations: Mutex<Generations<K>>,
+/// showed for a generation goes, and no more than twice the bound is ever held. The server keeps the
+/// rows it builds for the pages in one too.
+pub struct Kept<K, V = Arc<str>> {
+    generations: Mutex<Generations<K, V>>,
 }
 
 /// foldhash, not the standard SipHash: a row's key is a few hundred bytes hashed on every render, and
 /// SipHash was a tenth of the tenants page's cost. Its seed is random per process, as SipHash's is.
-type Map<K> = HashMap<K, Arc<str>, foldhash::fast::RandomState>;
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
-struct Generations<K> {
-    newer: Map<K>,
-    older: Map<K>,
+struct Generations<K, V> {
+    newer: Map<K, V>,
+    older: Map<K, V>,
 }
 
-impl<K> Default for Kept<K> {
+impl<K, V> Default for Kept<K, V> {
     fn default() -> Self {
         Self {
             generations: Mutex::new(Generations {
@@ -122,27 +125,31 @@ impl<K: Hash + Eq> Kept<K> {
         self.put(key, html.clone(), bound);
         html
     }
+}
 
-    fn find(&self, key: &K, bound: usize) -> Option<Arc<str>> {
+impl<K: Hash + Eq, V: Clone> Kept<K, V> {
+    /// The value kept for `key`, if any (moved to the newer generation while it has room).
+    pub fn find(&self, key: &K, bound: usize) -> Option<V> {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(html) = g.newer.get(key) {
-            return Some(html.clone());
+        if let Some(value) = g.newer.get(key) {
+            return Some(value.clone());
         }
         if g.newer.len() >= bound {
             // No room to move it: it stays in the older generation, which goes at the next rotation.
             return g.older.get(key).cloned();
         }
-        let (key, html) = g.older.remove_entry(key)?;
-        g.newer.insert(key, html.clone());
-        Some(html)
+        let (key, value) = g.older.remove_entry(key)?;
+        g.newer.insert(key, value.clone());
+        Some(value)
     }
 
-    fn put(&self, key: K, html: Arc<str>, bound: usize) {
+    /// Keeps `value` for `key`, starting a new generation if the newer one holds `bound` already.
+    pub fn put(&self, key: K, value: V, bound: usize) {
         let mut g = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         if g.newer.len() >= bound {
             g.older = std::mem::take(&mut g.newer);
         }
-        g.newer.insert(key, html);
+        g.newer.insert(key, value);
     }
 
     #[cfg(test)]

@@ -113,6 +113,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             acting_as: crate::web::actions::ActingAs::Operator,
             clock: Clock::System,
             leader: Default::default(),
+            rows: Some(Default::default()),
         }),
         actions: Arc::new(crate::web::actions::Actions {
             client: client.clone(),

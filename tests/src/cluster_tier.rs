@@ -470,6 +470,7 @@ impl Operator {
                 acting_as: sentry_tenants::web::actions::ActingAs::Operator,
                 clock: Clock::System,
                 leader: Default::default(),
+                rows: Some(Default::default()),
             }),
             actions: Arc::new(Actions {
                 client: self.ctx.client.clone(),

@@ -1703,6 +1703,24 @@ pub mod dashboard {
         dashboard_router_with(c, false, tokio::sync::watch::channel(false).1, false)
     }
 
+    /// The dashboard's view of `c`'s caches, as `run` makes it; keeping the rows it builds or not.
+    pub fn backend(c: &Cluster, read_only: bool, keep_rows: bool) -> ClusterBackend {
+        ClusterBackend {
+            client: c.client.clone(),
+            stores: c.ctx.stores.clone(),
+            namespace: NS.into(),
+            permissions: Permissions::fixed(if read_only {
+                Allowed::NONE
+            } else {
+                Allowed::ALL
+            }),
+            acting_as: sentry_tenants::web::actions::ActingAs::Operator,
+            clock: c.clock.clone(),
+            leader: Default::default(),
+            rows: keep_rows.then(Default::default),
+        }
+    }
+
     fn dashboard_router_with(
         c: &Cluster,
         read_only: bool,
@@ -1711,19 +1729,7 @@ pub mod dashboard {
     ) -> axum::Router {
         let stores = c.ctx.stores.clone();
         router(Dashboard {
-            backend: Arc::new(ClusterBackend {
-                client: c.client.clone(),
-                stores: stores.clone(),
-                namespace: NS.into(),
-                permissions: Permissions::fixed(if read_only {
-                    Allowed::NONE
-                } else {
-                    Allowed::ALL
-                }),
-                acting_as: sentry_tenants::web::actions::ActingAs::Operator,
-                clock: c.clock.clone(),
-                leader: Default::default(),
-            }),
+            backend: Arc::new(backend(c, read_only, keep_fragments)),
             actions: Arc::new(Actions {
                 client: c.client.clone(),
                 stores: stores.clone(),

@@ -55,7 +55,7 @@ pub fn TenantsPage() -> impl IntoView {
 }
 
 /// The table of one page of tenants, or why there is none.
-fn listing_view(meta: Meta, listing: Page<TenantRow>, here: String) -> AnyView {
+fn listing_view(meta: Meta, listing: Page<Arc<TenantRow>>, here: String) -> AnyView {
     if listing.total == 0 {
         return view! {
             <EmptyState title="No tenants yet" hint="Create a tenant, then provision it to get its ClickHouse database and credentials.">
@@ -96,7 +96,7 @@ fn listing_view(meta: Meta, listing: Page<TenantRow>, here: String) -> AnyView {
 
 /// The table's rows, each a kept copy while nothing it shows has changed ([`fragments`]), or
 /// rendered at once ([`rendered_at_once`]).
-fn rows_html(rows: Vec<TenantRow>, meta: &Meta, may: Allowed, here: &str) -> String {
+fn rows_html(rows: Vec<Arc<TenantRow>>, meta: &Meta, may: Allowed, here: &str) -> String {
     let kept = fragments::of_this_page();
     let session: Arc<str> = use_context::<SessionToken>()
         .map(|t| t.0)
@@ -137,7 +137,7 @@ fn row_html(key: &RowKey, now: &str) -> String {
             <td><code>{r.database.clone().unwrap_or_else(|| "—".into())}</code></td>
             <td><code>{r.secret_name.clone().unwrap_or_else(|| "—".into())}</code></td>
             <td><Clock kind="age" from=r.created.clone() to=None now now_above=true/></td>
-            <td><TenantActions row=r.clone() may here=here.to_string()/></td>
+            <td><TenantActions row=TenantRow::clone(r) may here=here.to_string()/></td>
         </tr>
     })
 }

@@ -24,7 +24,9 @@ pub use backoff::ErrorBackoff;
 pub use finished_runs::FinishedRuns;
 pub use job_index::JobIndex;
 pub use run_index::RunIndex;
-pub use tenant_index::{Filter as TenantFilter, Listing as TenantListing, TenantIndex};
+pub use tenant_index::{
+    Filter as TenantFilter, Listed as TenantListed, Listing as TenantListing, TenantIndex,
+};
 pub use wiring::{
     Cache, StoreWriters, Stores, Synced, cached_or_fetched, drop_managed_fields, run_controllers,
     slim_tenant, watch_caches,

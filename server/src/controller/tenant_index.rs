@@ -29,11 +29,12 @@ struct Index {
     concerned: BTreeSet<String>,
 }
 
-/// What the pages' filters read of a tenant.
+/// What the pages' filters read of a tenant, and the version of it they read.
 struct Entry {
     phase: TenantPhase,
     /// Lower-cased, as searches are.
     display_name: Option<String>,
+    resource_version: String,
 }
 
 /// Which tenants a page asks for: a phase, and a lower-cased substring of the name or display name.
@@ -43,12 +44,20 @@ pub struct Filter<'a> {
     pub text: Option<&'a str>,
 }
 
-/// One page of a listing: the names on it, in order, and how many tenants the filter matched.
+/// One page of a listing: the tenants on it, in order, and how many tenants the filter matched.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Listing {
-    pub names: Vec<String>,
+    pub tenants: Vec<Listed>,
     pub matched: usize,
     pub total: usize,
+}
+
+/// A tenant on a page: its name, and the `resourceVersion` it was indexed at (what a row built from
+/// the cached object at that version may be kept by).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub resource_version: String,
 }
 
 impl Entry {
@@ -82,6 +91,7 @@ impl Follows<Tenant> for Namespaces {
             Entry {
                 phase,
                 display_name,
+                resource_version: tenant.resource_version().unwrap_or_default(),
             },
         );
     }
@@ -116,10 +126,10 @@ impl Index {
         self.by_phase.get(&phase).map_or(0, BTreeSet::len)
     }
 
-    /// The names `filter` matches, in name order, `window` (given how many match) choosing which.
+    /// The tenants `filter` matches, in name order, `window` (given how many match) choosing which.
     fn list(&self, filter: Filter<'_>, window: impl FnOnce(usize) -> (usize, usize)) -> Listing {
         let total = self.by_name.len();
-        let (names, matched) = match (filter.phase, filter.text) {
+        let (names, matched): (Vec<&String>, usize) = match (filter.phase, filter.text) {
             (_, Some(_)) => {
                 let matching: Vec<&String> = self
                     .by_name
@@ -129,23 +139,28 @@ impl Index {
                     .collect();
                 let matched = matching.len();
                 let (skip, take) = window(matched);
-                let names = matching.into_iter().skip(skip).take(take).cloned();
-                (names.collect(), matched)
+                (
+                    matching.into_iter().skip(skip).take(take).collect(),
+                    matched,
+                )
             }
             (Some(phase), None) => {
                 let matched = self.count(phase);
                 let (skip, take) = window(matched);
                 let names = self.by_phase.get(&phase).into_iter().flatten();
-                (names.skip(skip).take(take).cloned().collect(), matched)
+                (names.skip(skip).take(take).collect(), matched)
             }
             (None, None) => {
                 let (skip, take) = window(total);
-                let names = self.by_name.keys().skip(skip).take(take).cloned();
-                (names.collect(), total)
+                (self.by_name.keys().skip(skip).take(take).collect(), total)
             }
         };
+        let tenants = names.into_iter().map(|name| Listed {
+            name: name.clone(),
+            resource_version: self.by_name[name].resource_version.clone(),
+        });
         Listing {
-            names,
+            tenants: tenants.collect(),
             matched,
             total,
         }
@@ -228,7 +243,7 @@ mod tests {
     }
 
     fn names(listing: Listing) -> Vec<String> {
-        listing.names
+        listing.tenants.into_iter().map(|t| t.name).collect()
     }
 
     fn phase(p: TenantPhase) -> Filter<'static> {
@@ -313,19 +328,47 @@ mod tests {
             (1, 2)
         });
         assert_eq!(told, Some(4), "t0, t2, t4, t6 match");
-        assert_eq!(
-            listing,
-            Listing {
-                names: vec!["t2".into(), "t4".into()],
-                matched: 4,
-                total: 7
-            }
-        );
+        assert_eq!((listing.matched, listing.total), (4, 7));
+        assert_eq!(names(listing), ["t2", "t4"]);
         let listing = index.list("ns", Filter::default(), |_| (5, 50));
+        assert_eq!(listing.matched, 7);
+        assert_eq!(names(listing), ["t5", "t6"]);
+    }
+
+    #[test]
+    fn a_listed_tenant_carries_the_resource_version_it_was_indexed_at() {
+        let index = TenantIndex::default();
+        let at = |version: &str| {
+            let mut t = tenant("acme", TenantPhase::Active, None);
+            t.metadata.resource_version = Some(version.into());
+            t
+        };
+        index.apply(&Event::Apply(at("7")));
+        index.apply(&Event::Apply(tenant("globex", TenantPhase::Failed, None)));
+        let versions = |filter| {
+            let listing = all(&index, filter);
+            let listed = listing.tenants.into_iter();
+            listed
+                .map(|t| (t.name, t.resource_version))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
-            (listing.names, listing.matched),
-            (vec!["t5".into(), "t6".into()], 7)
+            versions(Filter::default()),
+            [
+                ("acme".into(), "7".into()),
+                ("globex".into(), String::new())
+            ]
         );
+        index.apply(&Event::Apply(at("9")));
+        assert_eq!(
+            versions(phase(TenantPhase::Active)),
+            [("acme".to_owned(), "9".to_owned())]
+        );
+        let text = Filter {
+            phase: None,
+            text: Some("acm"),
+        };
+        assert_eq!(versions(text), [("acme".to_owned(), "9".to_owned())]);
     }
 
     #[test]
@@ -348,10 +391,8 @@ mod tests {
             text: Some("runner"),
         };
         let listing = all(&index, active_runners);
-        assert_eq!(
-            (listing.names, listing.matched, listing.total),
-            (vec!["acme".into()], 1, 3)
-        );
+        assert_eq!((listing.matched, listing.total), (1, 3));
+        assert_eq!(names(listing), ["acme"]);
         assert!(names(all(&index, text("initech"))).is_empty());
     }
 

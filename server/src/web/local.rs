@@ -86,6 +86,7 @@ pub async fn serve_local(
             acting_as: acting_as.clone(),
             clock: Clock::System,
             leader: Default::default(),
+            rows: Some(Default::default()),
         }),
         actions: Arc::new(Actions {
             client,

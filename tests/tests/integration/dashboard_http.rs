@@ -5,7 +5,10 @@ use axum::body::Body;
 use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use kube::api::{Patch, PatchParams};
+use std::sync::Arc;
+
 use sentry_tenants::crd::{ProvisioningPolicy, ReclaimPolicy, RunAction, TenantPhase};
+use sentry_tenants_app::api::{Backend, TenantQuery};
 use sentry_tenants_tests::dashboard::{dashboard_router, session_of, with_session};
 use sentry_tenants_tests::{Cluster, NS, block_on};
 use serde_json::json;
@@ -314,6 +317,63 @@ fn kept_rows_and_charts_are_shown_only_while_what_they_show_is_unchanged() {
         c.clock.advance(jiff::SignedDuration::from_secs(3 * 3600));
         let older = same("three hours on").await;
         assert!(older.contains(">3h 01m<"), "the ages moved on: {older}");
+
+        // A run starting changes a row without changing its tenant.
+        let globex_row = |page: &str| {
+            let start = page
+                .find(r#"<tr data-tenant="globex""#)
+                .expect("globex's row");
+            let len = page[start..].find("</tr>").expect("the row's end");
+            page[start..start + len].to_owned()
+        };
+        assert!(!globex_row(&older).contains("provisioning…"));
+        c.create_run("globex", RunAction::Provision, "globex-provision-9")
+            .await;
+        c.sync_stores().await;
+        let busy = same("a run started").await;
+        assert!(globex_row(&busy).contains("provisioning…"), "{busy}");
+    })
+}
+
+/// The tenants page builds the row of a tenant once per change of the tenant or of its runs in
+/// flight; every other row is the one built before, shared, not built again.
+#[test]
+fn a_tenants_row_is_built_again_only_when_it_or_its_runs_changed() {
+    block_on(async {
+        let c = cluster_with_tenants().await;
+        c.create_tenant("initech").await;
+        c.settle().await;
+        let backend = sentry_tenants_tests::dashboard::backend(&c, false, true);
+        let rows = || {
+            let page = backend.tenants(&TenantQuery::default());
+            let by_name = page.rows.into_iter().map(|r| (r.name.clone(), r));
+            by_name.collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let first = rows();
+        assert_eq!(first.len(), 3);
+        let again = rows();
+        for (name, row) in &first {
+            assert!(Arc::ptr_eq(row, &again[name]), "{name} built again");
+        }
+
+        let patch = json!({"spec": {"displayName": "Acme Renamed"}});
+        c.tenants()
+            .patch("acme", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        c.create_run("globex", RunAction::Provision, "globex-provision-9")
+            .await;
+        c.sync_stores().await;
+        let after = rows();
+        assert_eq!(after["acme"].display_name.as_deref(), Some("Acme Renamed"));
+        assert!(!first["globex"].provisioning);
+        assert!(after["globex"].provisioning);
+        assert!(Arc::ptr_eq(&first["initech"], &after["initech"]));
+        // What a backend keeping no row builds from the same caches.
+        let built = sentry_tenants_tests::dashboard::backend(&c, false, false);
+        let fresh = built.tenants(&TenantQuery::default()).rows;
+        let kept: Vec<_> = after.into_values().collect();
+        assert_eq!(kept, fresh);
     })
 }
 

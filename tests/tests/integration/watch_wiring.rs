@@ -376,7 +376,12 @@ async fn a_tenant_s_phase_change_and_deletion_reach_the_tenants_page_index() {
     let index = &op.stores.tenant_index;
     let listed = |phase: Option<TenantPhase>| {
         let filter = TenantFilter { phase, text: None };
-        index.list(NS, filter, |n| (0, n)).names
+        let listing = index.list(NS, filter, |n| (0, n));
+        listing
+            .tenants
+            .into_iter()
+            .map(|t| t.name)
+            .collect::<Vec<_>>()
     };
     assert_eq!(listed(None), ["acme"], "from the first list");
     let mut active = tenant();
