@@ -473,3 +473,30 @@ async fn a_copy_moved_to_another_name_or_namespace_leaves_nothing_at_the_old_pla
         );
     }
 }
+
+#[tokio::test]
+async fn a_deleted_tenants_copies_go_with_it_and_one_that_cannot_is_named() {
+    let withdrawn: &[&str] = &[];
+    for (consenting, gone) in [(&["app"][..], true), (withdrawn, false)] {
+        let (c, ch) = provisioned_with_a_copy_in_app().await;
+        c.settle().await; // the finalizer on
+        consent_in(&c, consenting);
+        c.tenants()
+            .delete("acme", &Default::default())
+            .await
+            .unwrap();
+        let outcome = c
+            .provisioner(&ch, false)
+            .run(&acme(), RunAction::Deprovision)
+            .await
+            .unwrap();
+        let said = outcome.describe();
+        let left = "the copy app/acme-db was left: namespace app has not consented to copies";
+        assert_eq!(said.contains(left), !gone, "{consenting:?}: {said}");
+        assert_eq!(
+            secret_in(&c, "app", "acme-db").await.is_none(),
+            gone,
+            "{consenting:?}"
+        );
+    }
+}
