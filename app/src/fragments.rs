@@ -18,7 +18,7 @@ use crate::model::{ActionDurations, Allowed, HourBucket, TenantRow};
 
 /// Rows kept: forty pages of fifty, the lists people have open. Up to twice as many are held while
 /// the older half ages out.
-const ROWS_KEPT: usize = 2_000;
+pub const ROWS_KEPT: usize = 2_000;
 /// Charts kept: the overview's two, several versions of each.
 const CHARTS_KEPT: usize = 16;
 

@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams, LogParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use sentry_tenants_app::api::{Backend, BoxFuture, TenantQuery};
-use sentry_tenants_app::fragments::Kept;
+use sentry_tenants_app::fragments::{Kept, ROWS_KEPT};
 use sentry_tenants_app::model::{
     ConditionView, CopyView, EventView, HistoryView, Meta, Overview, PAGE_SIZE, Page, PageWindow,
     PhaseCount, RunDetail, RunRow, TENANT_PHASES, TenantDetail, TenantFacts, TenantRow,
@@ -45,9 +45,6 @@ pub struct ClusterBackend {
     /// built (what a change to every tenant on the page costs; the benchmark measures it).
     pub rows: Option<KeptRows>,
 }
-
-/// Rows kept: as many as the dashboard keeps rendered ([`sentry_tenants_app::fragments`]).
-const ROWS_KEPT: usize = 2_000;
 
 /// A built row by what it was built from: the tenant's name and `resourceVersion` (the cached object
 /// at that version never changes) and its runs in flight.

@@ -500,3 +500,33 @@ async fn a_deleted_tenants_copies_go_with_it_and_one_that_cannot_is_named() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_unchanged_copy_keeps_the_time_it_was_first_reported_beside_others_of_its_namespace_or_name()
+ {
+    let c = Cluster::new().await;
+    let ch = RecordingClickHouse::new(MODERN);
+    consent_in(&c, &["app", "web"]);
+    c.create_tenant("acme").await;
+    // Each of the later ones shares its namespace or its name with the first.
+    asking_for_copies(
+        &c,
+        &[("app", "acme-db"), ("app", "acme-x"), ("web", "acme-db")],
+    )
+    .await;
+    let p = c.provisioner(&ch, false);
+    p.run(&acme(), RunAction::Provision).await.unwrap();
+    let first = reported_copies(&c).await;
+    assert_eq!(first.len(), 3, "{first:?}");
+
+    c.clock.advance(jiff::SignedDuration::from_secs(60));
+    p.run(&acme(), RunAction::Deliver).await.unwrap();
+    let again = reported_copies(&c).await;
+    let places_and_times = |copies: &[CopyStatus]| {
+        copies
+            .iter()
+            .map(|s| (s.namespace.clone(), s.secret_name.clone(), s.at.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(places_and_times(&again), places_and_times(&first));
+}
