@@ -133,6 +133,32 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+const USAGE: &str = "usage: bench [--only SECTION] [--scales N,N,…] | memory-probe … | noop-rate …";
+
+/// `--only`'s section and `--scales`' list (the default scales without it). Anything else is refused:
+/// the whole report runs for an hour, not something to start by a mistyped flag.
+fn options(args: &[String]) -> anyhow::Result<(Option<String>, Vec<usize>)> {
+    let (mut only, mut scales) = (None, SCALES.to_vec());
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let value = args.next();
+        match (flag.as_str(), value) {
+            ("--only", Some(section)) => only = Some(section.clone()),
+            ("--scales", Some(list)) => {
+                scales = list
+                    .split(',')
+                    .map(|n| n.parse::<usize>().ok().filter(|n| *n > 0))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--scales {list}: not a list of tenant counts")
+                    })?;
+            }
+            _ => anyhow::bail!("{flag}: not understood\n{USAGE}"),
+        }
+    }
+    Ok((only, scales))
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("memory-probe") {
@@ -141,18 +167,12 @@ fn main() -> anyhow::Result<()> {
     if args.first().map(String::as_str) == Some("noop-rate") {
         return static_build::noop_rate(&args[1..]);
     }
-    let scales: Vec<usize> = match args.iter().position(|a| a == "--scales") {
-        Some(i) => args
-            .get(i + 1)
-            .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
-            .unwrap_or_default(),
-        None => SCALES.to_vec(),
-    };
+    let (only_section, scales) = options(&args)?;
     // `bench --only <section> [--scales …]`: that section alone, printed (BENCHMARKS.md untouched).
     // The cluster sections (runs-in-flight, flood, node) run on the cluster of
     // $SENTRY_TENANTS_E2E_KUBECONFIG; `scripts/bench.sh` names the static section's two builds.
-    if let Some(i) = args.iter().position(|a| a == "--only") {
-        let sections = only(args.get(i + 1).map_or("", String::as_str), &scales)?;
+    if let Some(section) = only_section {
+        let sections = only(&section, &scales)?;
         let report = report::Report::new(sections, std::time::Duration::ZERO);
         println!("{}", report.markdown());
         return Ok(());
